@@ -1,0 +1,62 @@
+"""``lmserde info TYPE``: a serde's options, size contract and whether it is lossy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lmserde.cli.table import format_table
+from lmserde.registry import get_serde_spec, list_serdes
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="show a serde's options, size contract and lossiness")
+    p.add_argument("type", help="serde type, e.g. identity or fp8")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = get_serde_spec(args.type)
+    except ValueError as exc:
+        print(f"lmserde info: {exc}", file=sys.stderr)
+        return 2
+    origin = next((i for i in list_serdes() if i.name == args.type), None)
+    options = [
+        {"name": o.name, "type": o.describe_type(), "default": o.default,
+         "required": o.required, "help": o.help}
+        for o in (spec.options or ())
+    ]
+    data = {
+        "type": args.type,
+        "distribution": origin.distribution if origin else "",
+        "version": origin.version if origin else "",
+        "description": spec.description,
+        "size_contract": spec.size_contract.value,
+        "lossy": spec.lossy,
+        "options_declared": spec.options is not None,
+        "options": options,
+    }
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    print(f"{args.type}: {spec.description}")
+    if origin:
+        print(f"  distribution: {origin.distribution} {origin.version}")
+    print(f"  size contract: {spec.size_contract.value}")
+    print(f"  lossy: {'yes' if spec.lossy else 'no (exact round trip)'}")
+    if spec.options is None:
+        print("  options: not declared (the factory receives the config kwargs as given)")
+    elif options:
+        print("  options:")
+        rows = [[o["name"], o["type"], repr(o["default"]) if not o["required"] else "(required)",
+                 o["help"]] for o in options]
+        print("    " + format_table(("name", "type", "default", "help"), rows)
+              .replace("\n", "\n    "))
+    else:
+        print("  options: none")
+    return 0

@@ -1,0 +1,69 @@
+"""Entry point of the ``lmserde`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from lmserde._version import __version__
+from lmserde.cli import info_command, plugins_command
+
+__all__ = ["build_parser", "main"]
+
+_log = logging.getLogger(__name__)
+
+#: Exit code for bad command-line input (argparse uses 2 as well).
+EXIT_USAGE = 2
+
+
+def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lmserde",
+        description="KV-cache serdes: list plugins, inspect them, benchmark them.",
+    )
+    parser.add_argument("--version", action="version", version=f"lmserde {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plugins_command.add_parser(sub)
+    info_command.add_parser(sub)
+    _add_bench(sub)
+    if with_plugin_commands:
+        _add_plugin_commands(sub)
+    return parser
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    try:
+        from lmserde.cli import bench_command
+    except ImportError:  # the bench layer is optional while it is being built
+        return
+    bench_command.add_parser(sub)
+
+
+def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    from lmserde.hooks import get_plugin_manager
+
+    try:
+        get_plugin_manager().hook.lmserde_add_cli_commands(subparsers=sub)
+    except Exception as exc:
+        _log.warning("a plugin failed to add CLI commands: %s: %s", type(exc).__name__, exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # Listing must stay metadata-only: skip importing hook plugins for it.
+    light = bool(args_list) and args_list[0] in ("plugins", "--version")
+    parser = build_parser(with_plugin_commands=not light)
+    args = parser.parse_args(args_list)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return int(handler(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

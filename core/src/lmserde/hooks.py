@@ -1,0 +1,127 @@
+"""pluggy extension points: observability events, CLI subcommands, plugin-defined hookspecs.
+
+Hook plugins are discovered from the entry-point group ``lmserde.hooks`` with the same failure
+isolation as serdes: a plugin that fails to import is recorded (and listed by
+``lmserde plugins``), never raised into the host. Plugins may add their own hookspecs with
+``get_plugin_manager().add_hookspecs(...)`` (the aesgcm plugin adds a key-provider hook).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from typing import Any
+
+import pluggy
+
+from lmserde.observability import SerdeTaskEvent, WrapperTaskEvent
+from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
+
+__all__ = [
+    "PROJECT_NAME",
+    "HOOKS_GROUP",
+    "hookspec",
+    "hookimpl",
+    "CoreHookSpecs",
+    "get_plugin_manager",
+    "hook_plugin_records",
+    "emit_serde_task_event",
+    "emit_wrapper_task_event",
+    "reset_plugin_manager",
+]
+
+PROJECT_NAME = "lmserde"
+HOOKS_GROUP = "lmserde.hooks"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+_log = logging.getLogger(__name__)
+
+
+class CoreHookSpecs:
+    """Hooks the core calls."""
+
+    @hookspec
+    def lmserde_serde_task_finished(self, event: SerdeTaskEvent) -> None:
+        """A processor task finished (successfully or not)."""
+
+    @hookspec
+    def lmserde_wrapper_task_finished(self, event: WrapperTaskEvent) -> None:
+        """A serde-wrapped L2 store or load task finished."""
+
+    @hookspec
+    def lmserde_add_cli_commands(self, subparsers: argparse._SubParsersAction) -> None:
+        """Add subcommands to the ``lmserde`` CLI.
+
+        Each added parser must ``set_defaults(handler=fn)`` where ``fn(args) -> int`` returns the
+        exit code.
+        """
+
+
+_hook_group = EntryPointGroup(HOOKS_GROUP)
+_pm: pluggy.PluginManager | None = None
+_pm_lock = threading.Lock()
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, with hook plugins from ``lmserde.hooks`` registered."""
+    global _pm
+    with _pm_lock:
+        if _pm is None:
+            pm = pluggy.PluginManager(PROJECT_NAME)
+            pm.add_hookspecs(CoreHookSpecs)
+            for record in _hook_group.records().values():
+                _register_hook_plugin(pm, record)
+            _pm = pm
+        return _pm
+
+
+def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> None:
+    if record.disabled:
+        return
+    try:
+        plugin = record.load()
+        pm.register(plugin, name=f"{record.distribution}:{record.name}")
+    except PluginLoadError as exc:
+        _log.warning("%s", exc)
+    except Exception as exc:
+        record.error = exc
+        _log.warning("hook plugin '%s' (%s) failed to register: %s", record.name,
+                     record.describe_origin(), exc)
+
+
+def hook_plugin_records() -> list[PluginRecord]:
+    """Discovered hook plugins (loads them, to report failures)."""
+    get_plugin_manager()
+    return list(_hook_group.records().values())
+
+
+def reset_plugin_manager() -> None:
+    """Drop the plugin manager and rescan hook plugins on next use (for tests)."""
+    global _pm
+    with _pm_lock:
+        _pm = None
+        _hook_group.rescan()
+
+
+def _call_safely(hook_name: str, **kwargs: Any) -> None:
+    pm = get_plugin_manager()
+    hook = getattr(pm.hook, hook_name)
+    if not hook.get_hookimpls():
+        return
+    try:
+        hook(**kwargs)
+    except Exception:
+        _log.exception("hook %s raised; ignored", hook_name)
+
+
+def emit_serde_task_event(event: SerdeTaskEvent) -> None:
+    """Deliver a processor event to every hook implementation; failures are logged, not raised."""
+    _call_safely("lmserde_serde_task_finished", event=event)
+
+
+def emit_wrapper_task_event(event: WrapperTaskEvent) -> None:
+    """Deliver a wrapper event to every hook implementation; failures are logged, not raised."""
+    _call_safely("lmserde_wrapper_task_finished", event=event)

@@ -1,0 +1,64 @@
+"""``identity``: an exact byte copy. The baseline in benchmarks and the smallest complete serde.
+
+Wire format: the source object's logical bytes (``get_size()``), unchanged. EXACT size contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmserde.base import Deserializer, SerdeProcessor, Serializer
+from lmserde.keys import ObjectKey
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryObj, as_byte_tensor
+from lmserde.options import max_workers_option
+from lmserde.processor import AsyncSerdeProcessor
+from lmserde.spec import SerdeSizeContract, SerdeSpec
+
+__all__ = ["IdentitySerializer", "IdentityDeserializer", "IDENTITY_SPEC"]
+
+
+class IdentitySerializer(Serializer):
+    """Copies the source's bytes into the destination."""
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        data = as_byte_tensor(src)
+        n = data.numel()
+        if dst.get_size() < n:
+            raise ValueError(
+                f"identity serde: destination buffer too small ({dst.get_size()} < {n} bytes)"
+            )
+        if n:
+            as_byte_tensor(dst)[:n].copy_(data)
+        return n
+
+    def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
+        return layout_desc.nbytes
+
+
+class IdentityDeserializer(Deserializer):
+    """Copies ``dst.get_size()`` bytes from the source into the destination."""
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        out = as_byte_tensor(dst)
+        n = out.numel()
+        if src.get_size() < n:
+            raise ValueError(
+                f"identity serde: source buffer too small ({src.get_size()} < {n} bytes)"
+            )
+        if n:
+            out.copy_(as_byte_tensor(src)[:n])
+
+
+def _create_identity(kwargs: dict[str, Any]) -> SerdeProcessor:
+    return AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(),
+                               kwargs["max_workers"], serde_type="identity")
+
+
+IDENTITY_SPEC = SerdeSpec(
+    factory=_create_identity,
+    description="Exact byte copy (baseline; no transform)",
+    options=(max_workers_option(1),),
+    size_contract=SerdeSizeContract.EXACT,
+    lossy=False,
+)

@@ -1,0 +1,49 @@
+"""Observability events emitted through the pluggy hooks (plain data, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["SerdeTaskEvent", "WrapperTaskEvent"]
+
+
+@dataclass(frozen=True)
+class SerdeTaskEvent:
+    """One finished processor task.
+
+    ``direction`` is ``"serialize"`` or ``"deserialize"``; ``bytes_in``/``bytes_out`` are logical
+    sizes of sources and destinations of successful items; ``failed_items`` are batch indices;
+    ``error_class`` names the first failure's exception class (``None`` when ``ok``).
+    """
+
+    serde_type: str
+    direction: str
+    task_id: int
+    num_objects: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    ok: bool
+    error_class: str | None = None
+    failed_items: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class WrapperTaskEvent:
+    """One finished store or load task of a serde-wrapped L2 adapter.
+
+    ``operation`` is ``"store"`` or ``"load"``; ``stage_seconds`` maps stage names (``serialize``,
+    ``inner_store``, ``inner_load``, ``deserialize``) to their duration; ``failed_stage`` names the
+    stage where a store failed; ``hits`` counts keys loaded.
+    """
+
+    serde_type: str
+    operation: str
+    task_id: int
+    num_keys: int
+    ok: bool
+    hits: int = 0
+    bytes_kv: int = 0
+    bytes_serialized: int = 0
+    failed_stage: str | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,155 @@
+"""Declared serde options and the validation of config kwargs against them."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SerdeOption", "validate_options", "max_workers_option", "coerce_int"]
+
+_MISSING: Any = object()
+
+
+def coerce_int(value: Any, *, name: str) -> int:
+    """Accept ints, integral floats (``2.0``) and integer strings (``"2"``); reject bools."""
+    if isinstance(value, bool):
+        raise ValueError(f"option '{name}' must be an integer, got a boolean ({value!r})")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            return int(value)
+        raise ValueError(f"option '{name}' must be an integer, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                raise ValueError(f"option '{name}' must be an integer, got {value!r}") from None
+            return coerce_int(as_float, name=name)
+    raise ValueError(f"option '{name}' must be an integer, got {type(value).__name__} {value!r}")
+
+
+def _coerce_float(value: Any, *, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"option '{name}' must be a number, got a boolean ({value!r})")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"option '{name}' must be a number, got {value!r}") from None
+
+
+def _coerce_bool(value: Any, *, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise ValueError(f"option '{name}' must be a boolean, got {value!r}")
+
+
+def _coerce_str(value: Any, *, name: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError(f"option '{name}' must be a string, got {type(value).__name__} {value!r}")
+
+
+_COERCERS: dict[type, Callable[..., Any]] = {
+    int: coerce_int,
+    float: _coerce_float,
+    bool: _coerce_bool,
+    str: _coerce_str,
+}
+
+
+@dataclass(frozen=True)
+class SerdeOption:
+    """One option a serde accepts in its config dict.
+
+    ``type`` is ``int``, ``float``, ``bool``, ``str`` or ``object`` (passed through). Numbers from
+    YAML/JSON are accepted where the meaning is clear (``"2"`` and ``2.0`` for an int). ``choices``
+    restricts the value; ``check`` may raise ``ValueError`` for anything else that is invalid;
+    ``minimum`` bounds numbers from below. ``required`` options have no default.
+    """
+
+    name: str
+    type: type
+    default: Any = None
+    help: str = ""
+    choices: Sequence[Any] | None = None
+    minimum: float | None = None
+    required: bool = False
+    check: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in _COERCERS and self.type is not object:
+            raise TypeError(f"SerdeOption '{self.name}': unsupported type {self.type!r}")
+
+    def coerce(self, value: Any) -> Any:
+        """Convert and validate one value; raise ``ValueError`` naming the option."""
+        if self.type is object:
+            converted = value
+        else:
+            converted = _COERCERS[self.type](value, name=self.name)
+        if self.choices is not None and converted not in self.choices:
+            allowed = ", ".join(repr(c) for c in self.choices)
+            raise ValueError(f"option '{self.name}' must be one of {allowed}; got {value!r}")
+        if self.minimum is not None and converted < self.minimum:
+            raise ValueError(f"option '{self.name}' must be >= {self.minimum:g}, got {value!r}")
+        if self.check is not None:
+            self.check(converted)
+        return converted
+
+    def describe_type(self) -> str:
+        if self.choices is not None:
+            return " | ".join(str(c) for c in self.choices)
+        return self.type.__name__
+
+
+def max_workers_option(default: int = 1) -> SerdeOption:
+    """The standard ``max_workers`` option: worker threads of the async processor."""
+    return SerdeOption(
+        "max_workers",
+        int,
+        default,
+        "worker threads of the asynchronous processor (tasks run concurrently, items in order)",
+        minimum=1,
+    )
+
+
+def validate_options(
+    serde_type: str, options: Sequence[SerdeOption], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Return ``kwargs`` checked against ``options``, coerced, with defaults filled in.
+
+    Unknown keys raise ``ValueError`` naming the key, the accepted keys and the closest match.
+    """
+    by_name = {o.name: o for o in options}
+    unknown = [k for k in kwargs if k not in by_name]
+    if unknown:
+        key = unknown[0]
+        accepted = ", ".join(sorted(by_name)) or "(none)"
+        close = difflib.get_close_matches(str(key), list(by_name), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(
+            f"Unknown option '{key}' for serde '{serde_type}'. Accepted options: {accepted}.{hint}"
+        )
+    result: dict[str, Any] = {}
+    for option in options:
+        if option.name in kwargs:
+            try:
+                result[option.name] = option.coerce(kwargs[option.name])
+            except ValueError as exc:
+                raise ValueError(f"serde '{serde_type}': {exc}") from None
+        elif option.required:
+            raise ValueError(f"serde '{serde_type}' requires option '{option.name}' ({option.help})")
+        else:
+            result[option.name] = option.default
+    return result

@@ -1,0 +1,293 @@
+"""``AsyncSerdeProcessor``: any synchronous serde pair behind the asynchronous processor contract."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from lmserde.base import Deserializer, SerdeProcessor, SerdeTaskId, Serializer
+from lmserde.completion_queue import CompletionQueue, TaskIdSource
+from lmserde.hooks import emit_serde_task_event
+from lmserde.keys import ObjectKey
+from lmserde.memory import as_byte_tensor
+from lmserde.multi import MultiDeserializer, MultiSerializer, check_group_size
+from lmserde.observability import SerdeTaskEvent
+from lmserde.options import coerce_int
+
+__all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics"]
+
+_log = logging.getLogger(__name__)
+
+SERIALIZE = "serialize"
+DESERIALIZE = "deserialize"
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """Result of one finished task: overall ``ok`` and the error of each item (``None`` = ok)."""
+
+    ok: bool
+    item_errors: tuple[BaseException | None, ...]
+
+    @property
+    def failed_items(self) -> tuple[int, ...]:
+        return tuple(i for i, e in enumerate(self.item_errors) if e is not None)
+
+    def item_ok(self, index: int) -> bool:
+        return self.item_errors[index] is None
+
+
+@dataclass
+class ProcessorMetrics:
+    """Running totals of one processor, per direction."""
+
+    tasks: int = 0
+    failed_tasks: int = 0
+    items: int = 0
+    failed_items: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+
+
+def _logical_size(obj: Any) -> int:
+    if obj is None:
+        return 0
+    if isinstance(obj, tuple):
+        return sum(_logical_size(o) for o in obj)
+    get_size = getattr(obj, "get_size", None)
+    if callable(get_size):
+        return int(get_size())
+    tensor = getattr(obj, "tensor", None)
+    return int(tensor.numel() * tensor.element_size()) if tensor is not None else 0
+
+
+def _scrub(dst: Any) -> None:
+    """Zero a destination whose deserialize failed, so no partial data survives."""
+    for obj in dst if isinstance(dst, tuple) else (dst,):
+        if obj is None:
+            continue
+        try:
+            if hasattr(obj, "byte_array"):
+                as_byte_tensor(obj).zero_()
+            elif getattr(obj, "tensor", None) is not None:
+                obj.tensor.zero_()
+        except Exception:
+            _log.debug("could not scrub destination %r", obj, exc_info=True)
+
+
+class AsyncSerdeProcessor(SerdeProcessor):
+    """Runs a serializer/deserializer pair on a thread pool; completion signals an event fd.
+
+    One pool (``max_workers``, default 1) serves both directions; task ids are unique across both.
+    The items of one task run in order on one worker; separate tasks run concurrently. A serialize
+    item whose ``serialize`` returns an int narrows its destination with ``set_used_size(n)`` when
+    the destination has that method. Any exception fails its item (logged with the serde type) and
+    therefore the task; the other items still run, and a failed deserialize destination is zeroed.
+    ``query_*_outcome`` gives per-item outcomes; ``query_*_result`` the upstream bool. Both take the
+    result (exactly once). Multi serdes work the same way with tuples as items.
+    """
+
+    def __init__(
+        self,
+        serializer: Serializer | MultiSerializer,
+        deserializer: Deserializer | MultiDeserializer,
+        max_workers: int = 1,
+        *,
+        serde_type: str = "unknown",
+    ) -> None:
+        workers = coerce_int(max_workers, name="max_workers")
+        if workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers!r}")
+        if isinstance(serializer, MultiSerializer):
+            check_group_size(serializer.group_size, owner=type(serializer).__name__)
+        if isinstance(deserializer, MultiDeserializer):
+            check_group_size(deserializer.group_size, owner=type(deserializer).__name__)
+        self._serializer = serializer
+        self._deserializer = deserializer
+        self.serde_type = serde_type
+        ids = TaskIdSource()
+        self._queues = {SERIALIZE: CompletionQueue[TaskOutcome](ids),
+                        DESERIALIZE: CompletionQueue[TaskOutcome](ids)}
+        self._pool = ThreadPoolExecutor(max_workers=workers,
+                                        thread_name_prefix=f"lmserde-{serde_type}")
+        self._metrics = {SERIALIZE: ProcessorMetrics(), DESERIALIZE: ProcessorMetrics()}
+        self._metrics_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._closed = False
+
+    # -- accessors ------------------------------------------------------------------------------
+
+    @property
+    def serializer(self) -> Serializer | MultiSerializer:
+        return self._serializer
+
+    @property
+    def deserializer(self) -> Deserializer | MultiDeserializer:
+        return self._deserializer
+
+    @property
+    def max_workers(self) -> int:
+        return self._pool._max_workers
+
+    def get_serialize_event_fd(self) -> int:
+        return self._queues[SERIALIZE].fileno()
+
+    def get_deserialize_event_fd(self) -> int:
+        return self._queues[DESERIALIZE].fileno()
+
+    def estimate_serialized_size(self, layout_desc: Any) -> int:
+        return self._serializer.estimate_serialized_size(layout_desc)
+
+    def serializer_group_size(self) -> int | None:
+        s = self._serializer
+        return s.group_size if isinstance(s, MultiSerializer) else None
+
+    def deserializer_group_size(self) -> int | None:
+        d = self._deserializer
+        return d.group_size if isinstance(d, MultiDeserializer) else None
+
+    def input_slot_mapping(self) -> tuple[int | None, ...] | None:
+        s = self._serializer
+        return tuple(s.input_slot_mapping) if isinstance(s, MultiSerializer) else None
+
+    def output_slot_mapping(self) -> tuple[int | None, ...] | None:
+        d = self._deserializer
+        return tuple(d.output_slot_mapping) if isinstance(d, MultiDeserializer) else None
+
+    def metrics(self) -> dict[str, ProcessorMetrics]:
+        """A snapshot of the per-direction totals."""
+        with self._metrics_lock:
+            return {k: ProcessorMetrics(**vars(v)) for k, v in self._metrics.items()}
+
+    # -- submit / query -------------------------------------------------------------------------
+
+    def submit_serialize(
+        self, src_objs: Sequence[Any], dst_objs: Sequence[Any], keys: Sequence[ObjectKey]
+    ) -> SerdeTaskId:
+        return self._submit(SERIALIZE, src_objs, dst_objs, keys)
+
+    def submit_deserialize(
+        self, src_objs: Sequence[Any], dst_objs: Sequence[Any], keys: Sequence[ObjectKey]
+    ) -> SerdeTaskId:
+        return self._submit(DESERIALIZE, src_objs, dst_objs, keys)
+
+    def query_serialize_result(self, task_id: SerdeTaskId) -> bool | None:
+        outcome = self._queues[SERIALIZE].pop(task_id)
+        return None if outcome is None else outcome.ok
+
+    def query_deserialize_result(self, task_id: SerdeTaskId) -> bool | None:
+        outcome = self._queues[DESERIALIZE].pop(task_id)
+        return None if outcome is None else outcome.ok
+
+    def query_serialize_outcome(self, task_id: SerdeTaskId) -> TaskOutcome | None:
+        """Like :meth:`query_serialize_result`, with per-item outcomes."""
+        return self._queues[SERIALIZE].pop(task_id)
+
+    def query_deserialize_outcome(self, task_id: SerdeTaskId) -> TaskOutcome | None:
+        """Like :meth:`query_deserialize_result`, with per-item outcomes."""
+        return self._queues[DESERIALIZE].pop(task_id)
+
+    def _submit(
+        self, direction: str, srcs: Sequence[Any], dsts: Sequence[Any], keys: Sequence[ObjectKey]
+    ) -> SerdeTaskId:
+        with self._state_lock:
+            if self._closed:
+                raise RuntimeError(
+                    f"AsyncSerdeProcessor({self.serde_type!r}) is closed; create a new processor"
+                )
+            queue = self._queues[direction]
+            task_id = queue.new_task_id()
+            self._pool.submit(self._run_task, direction, task_id, list(srcs), list(dsts),
+                              list(keys))
+        return task_id
+
+    # -- worker ---------------------------------------------------------------------------------
+
+    def _run_task(
+        self, direction: str, task_id: int, srcs: list[Any], dsts: list[Any], keys: list[Any]
+    ) -> None:
+        start = time.perf_counter()
+        errors: list[BaseException | None] = []
+        bytes_in = bytes_out = 0
+        if not (len(srcs) == len(dsts) == len(keys)):
+            mismatch = ValueError(
+                f"{direction} task {task_id}: {len(srcs)} sources, {len(dsts)} destinations and "
+                f"{len(keys)} keys must be aligned"
+            )
+            _log.error("serde %s: %s", self.serde_type, mismatch)
+            errors = [mismatch] * max(len(srcs), len(dsts), len(keys), 1)
+        else:
+            for src, dst, key in zip(srcs, dsts, keys):
+                try:
+                    if direction == SERIALIZE:
+                        n = self._serializer.serialize(src, dst, key)
+                        if isinstance(n, int) and hasattr(dst, "set_used_size"):
+                            dst.set_used_size(n)
+                    else:
+                        self._deserializer.deserialize(src, dst, key)
+                except Exception as exc:
+                    _log.warning("serde %s: %s of item for key %r failed: %s: %s",
+                                 self.serde_type, direction, getattr(key, "chunk_hash", key),
+                                 type(exc).__name__, exc)
+                    if direction == DESERIALIZE:
+                        _scrub(dst)
+                    errors.append(exc)
+                    continue
+                errors.append(None)
+                bytes_in += _logical_size(src)
+                bytes_out += _logical_size(dst)
+        seconds = time.perf_counter() - start
+        outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
+        self._record(direction, task_id, outcome, bytes_in, bytes_out, seconds)
+        self._queues[direction].complete(task_id, outcome)
+
+    def _record(
+        self, direction: str, task_id: int, outcome: TaskOutcome, bytes_in: int, bytes_out: int,
+        seconds: float,
+    ) -> None:
+        failed = outcome.failed_items
+        with self._metrics_lock:
+            m = self._metrics[direction]
+            m.tasks += 1
+            m.failed_tasks += 0 if outcome.ok else 1
+            m.items += len(outcome.item_errors)
+            m.failed_items += len(failed)
+            m.bytes_in += bytes_in
+            m.bytes_out += bytes_out
+            m.seconds += seconds
+        first_error = next((e for e in outcome.item_errors if e is not None), None)
+        emit_serde_task_event(SerdeTaskEvent(
+            serde_type=self.serde_type, direction=direction, task_id=task_id,
+            num_objects=len(outcome.item_errors), bytes_in=bytes_in, bytes_out=bytes_out,
+            seconds=seconds, ok=outcome.ok,
+            error_class=type(first_error).__name__ if first_error is not None else None,
+            failed_items=failed,
+        ))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Wait for running and queued tasks, stop the workers, close both fds. Idempotent."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=True)
+        self._queues[SERIALIZE].close()
+        self._queues[DESERIALIZE].close()
+
+    def __enter__(self) -> AsyncSerdeProcessor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""Every dev task of the lmserde workspace.
+
+    nox -s tests            install core + every plugin, run the whole suite (the README's command)
+    nox -s core             core alone, in its own venv
+    nox -s "plugin(name)"   core + one plugin (and the in-repo plugins it depends on)
+    nox -s lint             ruff + the check that plugins import only the public lmserde API
+    nox -s docs             docs link check
+    nox -s bench            every benchmark script (ratios against memcpy / baselines)
+
+Venvs are reused: a stamp of the package definitions decides whether anything is reinstalled, and
+torch is pinned to 2.13.0 through constraints.txt, so no CUDA build is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = str(ROOT / "constraints.txt")
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
+TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6"]
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Distribution name -> directory, for core and every plugin."""
+    dirs = {"lmserde": ROOT / "core"}
+    for name in PLUGINS:
+        text = (ROOT / "plugins" / name / "pyproject.toml").read_text()
+        match = re.search(r'^name\s*=\s*"([^"]+)"', text, re.MULTILINE)
+        if match:
+            dirs[match.group(1)] = ROOT / "plugins" / name
+    return dirs
+
+
+def _local_dependencies(directory: Path, dirs: dict[str, Path]) -> list[Path]:
+    """In-repo distributions a package depends on (recursively), dependencies first."""
+    text = (directory / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies\s*=\s*\[(.*?)\]", text, re.MULTILINE | re.DOTALL)
+    names = re.findall(r'"([A-Za-z0-9_.\-]+)', block.group(1)) if block else []
+    ordered: list[Path] = []
+    for name in names:
+        normalized = name.replace("_", "-").lower()
+        if normalized in dirs and dirs[normalized] != directory:
+            for dep in [*_local_dependencies(dirs[normalized], dirs), dirs[normalized]]:
+                if dep not in ordered:
+                    ordered.append(dep)
+    return ordered
+
+
+def _stamp(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for base in paths:
+        for name in ("pyproject.toml", "setup.py"):
+            f = base / name
+            if f.exists():
+                digest.update(str(f).encode() + f.read_bytes())
+    return digest.hexdigest()
+
+
+def _install(session: nox.Session, packages: list[Path], extras: list[str]) -> None:
+    """Install torch (pinned) and ``packages`` editable, unless the venv already has them."""
+    stamp_file = Path(session.virtualenv.location) / ".lmserde-stamp"
+    stamp = _stamp(packages) + ",".join(extras)
+    if stamp_file.exists() and stamp_file.read_text() == stamp:
+        session.log("venv up to date; skipping install")
+        return
+    session.install("-c", CONSTRAINTS, "torch==2.13.0", *extras)
+    args: list[str] = []
+    for p in packages:
+        args += ["-e", str(p)]
+    session.install("-c", CONSTRAINTS, *args)
+    stamp_file.write_text(stamp)
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Core and every plugin installed together; the whole test suite."""
+    dirs = _package_dirs()
+    packages = [ROOT / "core"]
+    for name in PLUGINS:
+        for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
+            if dep not in packages:
+                packages.append(dep)
+    _install(session, packages, [*TEST_EXTRAS, "rich>=13", "matplotlib>=3.7"])
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests"]))
+
+
+@nox.session(python="3.11")
+def core(session: nox.Session) -> None:
+    """Core alone: proves it needs no plugin."""
+    _install(session, [ROOT / "core"], TEST_EXTRAS)
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/core"]))
+
+
+@nox.session(python="3.11")
+@nox.parametrize("name", PLUGINS)
+def plugin(session: nox.Session, name: str) -> None:
+    """Core plus one plugin (and the in-repo plugins it depends on), that plugin's tests."""
+    directory = ROOT / "plugins" / name
+    packages = [ROOT / "core", *_local_dependencies(directory, _package_dirs()), directory]
+    _install(session, packages, TEST_EXTRAS)
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [f"tests/plugins/{name}"]))
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff, and plugins import only public lmserde names."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "core", "plugins", "tests", "benchmarks", "tools", "noxfile.py")
+    session.run("python", "tools/check_plugin_imports.py")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Every relative link in README.md and docs/ points at an existing file."""
+    session.run("python", "tools/check_doc_links.py", external=True)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Run every benchmark script; each prints ratios against memcpy or a same-run baseline."""
+    dirs = _package_dirs()
+    packages = [ROOT / "core"]
+    for name in PLUGINS:
+        for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
+            if dep not in packages:
+                packages.append(dep)
+    _install(session, packages, ["rich>=13", "numpy"])
+    scripts = session.posargs or [str(p) for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))]
+    for script in scripts:
+        session.run("python", script)
