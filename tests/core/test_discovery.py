@@ -166,3 +166,31 @@ def test_cli_info_shows_options_and_contract(plugin_site: Callable[..., Path]) -
     assert data["distribution"] == "lmserde-testplugin-good" and data["version"] == "2.3.4"
     unknown = _cli(site, "info", "does_not_exist")
     assert unknown.returncode == 2 and "Unknown serde type" in unknown.stderr
+
+
+def test_plugin_built_and_installed_by_pip_is_discovered(
+    tmp_path: Path, plugin_site: Callable[..., Path]
+) -> None:
+    """A source tree with a pyproject entry point, built and installed by pip (offline)."""
+    src = tmp_path / "acme-src"
+    (src / "lmserde_testplugin_pip").mkdir(parents=True)
+    (src / "lmserde_testplugin_pip" / "__init__.py").write_text(GOOD)
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "lmserde-testplugin-pip"\nversion = "0.4.2"\n'
+        'description = "built by pip in a test"\n'
+        '[project.entry-points."lmcache.serde"]\ntp_pip = "lmserde_testplugin_pip:SPEC"\n'
+        '[tool.setuptools]\npackages = ["lmserde_testplugin_pip"]\n'
+    )
+    target = tmp_path / "pip-site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--no-build-isolation", "--target", str(target), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )
+    # register the pip-installed site like any other test site (path + rescans + cleanup)
+    plugin_site("lmserde-testplugin-unused", "0", entry_points={}, modules={}, site=target)
+    info = {i.name: i for i in list_serdes()}["tp_pip"]
+    assert (info.distribution, info.version) == ("lmserde-testplugin-pip", "0.4.2")
+    assert info.description == "built by pip in a test"
+    create_serde_processor({"type": "tp_pip", "level": 2}).close()

@@ -56,6 +56,17 @@ class ObjectKey:
             raise ValueError(
                 f"ObjectKey.cache_salt must not contain {bad!r} (forbidden: '@', '/', '\\\\', NUL)"
             )
+        # keys are hashed many times per task (dict lookups everywhere): hash once
+        object.__setattr__(self, "_hash", hash((self.chunk_hash, self.model_name, self.kv_rank,
+                                                self.object_group_id, self.cache_salt)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __reduce__(self) -> tuple[type[ObjectKey], tuple[bytes, str, int, int, str]]:
+        # rebuild through __init__ so the cached hash is recomputed in the receiving process
+        return (ObjectKey, (self.chunk_hash, self.model_name, self.kv_rank, self.object_group_id,
+                            self.cache_salt))
 
     @staticmethod
     def IntHash2Bytes(value: int) -> bytes:

@@ -125,11 +125,13 @@ def max_workers_option(default: int = 1) -> SerdeOption:
 
 
 def validate_options(
-    serde_type: str, options: Sequence[SerdeOption], kwargs: Mapping[str, Any]
+    serde_type: str, options: Sequence[SerdeOption], kwargs: Mapping[str, Any],
+    *, kind: str = "serde",
 ) -> dict[str, Any]:
     """Return ``kwargs`` checked against ``options``, coerced, with defaults filled in.
 
     Unknown keys raise ``ValueError`` naming the key, the accepted keys and the closest match.
+    ``kind`` names what is configured in messages (``"serde"``, ``"L2 adapter"``).
     """
     by_name = {o.name: o for o in options}
     unknown = [k for k in kwargs if k not in by_name]
@@ -139,7 +141,7 @@ def validate_options(
         close = difflib.get_close_matches(str(key), list(by_name), n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ValueError(
-            f"Unknown option '{key}' for serde '{serde_type}'. Accepted options: {accepted}.{hint}"
+            f"Unknown option '{key}' for {kind} '{serde_type}'. Accepted options: {accepted}.{hint}"
         )
     result: dict[str, Any] = {}
     for option in options:
@@ -147,9 +149,9 @@ def validate_options(
             try:
                 result[option.name] = option.coerce(kwargs[option.name])
             except ValueError as exc:
-                raise ValueError(f"serde '{serde_type}': {exc}") from None
+                raise ValueError(f"{kind} '{serde_type}': {exc}") from None
         elif option.required:
-            raise ValueError(f"serde '{serde_type}' requires option '{option.name}' ({option.help})")
+            raise ValueError(f"{kind} '{serde_type}' requires option '{option.name}' ({option.help})")
         else:
             result[option.name] = option.default
     return result

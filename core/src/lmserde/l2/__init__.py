@@ -1,0 +1,89 @@
+"""The L2 tier: adapter contract, built-in adapters, the serde wrapper and adapter specs.
+
+``create_l2_adapter({"type": "fs", "base_path": "/data/kv", "serde": {"type": "fp8"}}, l1)``
+builds an adapter by name (types are discovered from the ``lmcache.l2_adapter`` entry-point group)
+and wraps it in a :class:`SerdeL2AdapterWrapper` when a ``serde`` (or a list of serdes, a chain)
+is given.
+"""
+
+from lmserde.l2.adapter_config import (
+    L2AdapterConfig,
+    create_l2_adapter,
+    create_serde_for_config,
+    parse_l2_adapter_spec,
+    parse_serde_config,
+)
+from lmserde.l2.adapter_registry import (
+    L2_ADAPTER_GROUP,
+    L2AdapterInfo,
+    get_l2_adapter_spec,
+    get_registered_l2_adapter_types,
+    list_l2_adapters,
+    register_l2_adapter_type,
+    rescan_l2_adapter_plugins,
+    unregister_l2_adapter_type,
+)
+from lmserde.l2.adapter_spec import L2AdapterFactory, L2AdapterSpec
+from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.fault_adapter import FaultInjectingL2Adapter, FaultPlan, InjectedFaultError
+from lmserde.l2.fs_adapter import FSL2Adapter, key_file_name
+from lmserde.l2.interface import L2AdapterInterface, L2Listener, L2TaskId
+from lmserde.l2.memory_adapter import MemoryL2Adapter
+from lmserde.l2.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
+from lmserde.l2.serde_wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
+from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.sync_driver import (
+    load_sync,
+    lookup_sync,
+    store_sync,
+    wait_for_load,
+    wait_for_lookup,
+    wait_for_store,
+)
+from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.usage import AdapterUsage
+from lmserde.l2.wrapper_metrics import LatencySummary, WrapperMetrics
+
+__all__ = [
+    "L1_WRITE_TAG",
+    "L2_ADAPTER_GROUP",
+    "AdapterTaskQueues",
+    "AdapterUsage",
+    "Bitmap",
+    "ChainStage",
+    "FSL2Adapter",
+    "FaultInjectingL2Adapter",
+    "FaultPlan",
+    "InjectedFaultError",
+    "L2AdapterConfig",
+    "L2AdapterFactory",
+    "L2AdapterInfo",
+    "L2AdapterInterface",
+    "L2AdapterSpec",
+    "L2Listener",
+    "L2StoreResult",
+    "L2TaskId",
+    "LatencySummary",
+    "MemoryL2Adapter",
+    "SerdeChainProcessor",
+    "SerdeL2AdapterWrapper",
+    "WrapperMetrics",
+    "create_l2_adapter",
+    "create_serde_chain",
+    "create_serde_for_config",
+    "get_l2_adapter_spec",
+    "get_registered_l2_adapter_types",
+    "key_file_name",
+    "list_l2_adapters",
+    "load_sync",
+    "lookup_sync",
+    "parse_l2_adapter_spec",
+    "parse_serde_config",
+    "register_l2_adapter_type",
+    "rescan_l2_adapter_plugins",
+    "store_sync",
+    "unregister_l2_adapter_type",
+    "wait_for_load",
+    "wait_for_lookup",
+    "wait_for_store",
+]

@@ -1,0 +1,136 @@
+"""Adapter specs: ``{"type": "fs", "base_path": ..., "serde": {...}}`` to a ready adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lmserde.base import SerdeConfig, SerdeProcessor
+from lmserde.l2.adapter_registry import get_l2_adapter_spec, get_registered_l2_adapter_types
+from lmserde.l2.interface import L2AdapterInterface
+from lmserde.spec import SerdeSizeContract
+
+if TYPE_CHECKING:
+    from lmserde.l1.manager import L1Manager
+
+__all__ = [
+    "L2AdapterConfig",
+    "parse_serde_config",
+    "parse_l2_adapter_spec",
+    "create_serde_for_config",
+    "create_l2_adapter",
+]
+
+SerdeConfigValue = SerdeConfig | list[SerdeConfig]
+
+
+@dataclass
+class L2AdapterConfig:
+    """A parsed adapter spec: ``type``, the adapter's own ``options`` and the ``serde_config``.
+
+    ``serde_config`` is ``None`` (unwrapped), one :class:`~lmserde.SerdeConfig`, or a list of
+    them (a chain, applied in order on store and in reverse on load).
+    """
+
+    type: str
+    options: dict[str, Any] = field(default_factory=dict)
+    serde_config: SerdeConfigValue | None = None
+
+
+def _parse_one_serde(value: Any) -> SerdeConfig:
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"'serde' must be a dict, got {type(value).__name__} (or a list of dicts, a chain "
+            "applied in order)"
+        )
+    serde_type = value.get("type")
+    if not isinstance(serde_type, str):
+        raise ValueError("'serde' dict must include a 'type' field")
+    return SerdeConfig(type=serde_type, kwargs={k: v for k, v in value.items() if k != "type"})
+
+
+def parse_serde_config(value: Any) -> SerdeConfigValue:
+    """Parse the value of a spec's ``serde`` key (upstream error texts for bad dicts).
+
+    A dict gives one :class:`~lmserde.SerdeConfig` (``type`` plus every other key as kwargs); a
+    list of dicts gives a chain (a one-element list is the same as its element).
+    """
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("'serde' chain must name at least one serde")
+        configs = [_parse_one_serde(v) for v in value]
+        return configs[0] if len(configs) == 1 else configs
+    return _parse_one_serde(value)
+
+
+def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
+    """Split a spec dict into type, adapter options and serde config (nothing is built)."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"an L2 adapter spec must be a dict, got {type(spec).__name__}")
+    adapter_type = spec.get("type")
+    if not isinstance(adapter_type, str) or not adapter_type:
+        known = ", ".join(sorted(get_registered_l2_adapter_types())) or "(none)"
+        raise ValueError(
+            f"an L2 adapter spec must include a 'type' field naming the adapter; known types: "
+            f"{known}"
+        )
+    options = {k: v for k, v in spec.items() if k not in ("type", "serde")}
+    serde_config = parse_serde_config(spec["serde"]) if "serde" in spec else None
+    return L2AdapterConfig(adapter_type, options, serde_config)
+
+
+def create_serde_for_config(
+    serde_config: SerdeConfigValue,
+) -> tuple[SerdeProcessor, str, SerdeSizeContract]:
+    """The processor, type name and size contract for a serde config or chain."""
+    from lmserde.registry import create_serde_processor, get_serde_size_contract
+
+    if isinstance(serde_config, list):
+        from lmserde.l2.serde_chain import create_serde_chain
+
+        chain = create_serde_chain(serde_config)
+        return chain, chain.serde_type, chain.size_contract
+    processor = create_serde_processor(serde_config)
+    try:
+        contract = get_serde_size_contract(serde_config.type)
+    except BaseException:
+        processor.close()
+        raise
+    return processor, serde_config.type, contract
+
+
+def create_l2_adapter(
+    spec: Mapping[str, Any] | L2AdapterConfig, l1_manager: L1Manager | None = None
+) -> L2AdapterInterface:
+    """Build the adapter a spec names, wrapped in a serde wrapper when it has a ``serde``.
+
+    Unknown adapter types raise ``ValueError`` listing the known ones; adapter options are
+    validated against the type's declared options. A ``serde`` needs ``l1_manager`` (its
+    temporary buffers live there). An ``UPPER_BOUND`` serde on an adapter that cannot report
+    stored sizes is refused here. Nothing is leaked when building fails.
+    """
+    config = spec if isinstance(spec, L2AdapterConfig) else parse_l2_adapter_spec(spec)
+    if config.serde_config is not None and l1_manager is None:
+        raise ValueError(
+            f"L2 adapter '{config.type}' has a 'serde', which needs an L1Manager for its "
+            "temporary buffers: pass l1_manager to create_l2_adapter"
+        )
+    adapter_spec = get_l2_adapter_spec(config.type)
+    options = adapter_spec.validate(config.type, config.options)
+    adapter = adapter_spec.factory(options, l1_manager)
+    if config.serde_config is None:
+        return adapter
+    from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
+
+    processor: SerdeProcessor | None = None
+    try:
+        processor, serde_type, contract = create_serde_for_config(config.serde_config)
+        assert l1_manager is not None
+        return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
+                                     size_contract=contract)
+    except BaseException:
+        if processor is not None:
+            processor.close()
+        adapter.close()
+        raise

@@ -1,0 +1,372 @@
+"""``fault``: wraps another adapter and injects failures, deterministically by seed."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lmserde.keys import ObjectKey
+from lmserde.l2.adapter_spec import L2AdapterSpec
+from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.poll_loop import PollLoop
+from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.usage import AdapterUsage
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryObj, as_byte_tensor
+from lmserde.options import SerdeOption
+
+__all__ = ["FaultInjectingL2Adapter", "FaultPlan", "InjectedFaultError", "FAULT_ADAPTER_SPEC"]
+
+_log = logging.getLogger(__name__)
+
+
+class InjectedFaultError(RuntimeError):
+    """Raised by a ``submit_*`` call the fault plan chose to fail."""
+
+
+def _check_rate(name: str, value: float) -> float:
+    rate = float(value)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"fault adapter: {name} must be within [0, 1], got {value!r}")
+    return rate
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What to inject. Rates are probabilities in ``[0, 1]``, decided by hashing ``seed``.
+
+    * ``store_failure_rate`` (per store task): the task fails without reaching the inner adapter.
+    * ``load_miss_rate`` (per key): a key the inner adapter loaded is reported as a miss.
+    * ``corrupt_rate`` (per key): one byte of a loaded object is flipped (the load still hits).
+    * ``submit_exception_rate`` (per store/load submit): ``submit_*`` raises
+      :class:`InjectedFaultError`.
+    * ``delay_rate`` / ``delay_seconds`` (per store/load task): the result is held back for up
+      to ``delay_seconds``.
+    * ``miss_chunk_hashes``: keys with these chunk hashes always miss on load.
+
+    The same seed, keys and operation always give the same decision.
+    """
+
+    seed: int = 0
+    store_failure_rate: float = 0.0
+    load_miss_rate: float = 0.0
+    corrupt_rate: float = 0.0
+    submit_exception_rate: float = 0.0
+    delay_rate: float = 0.0
+    delay_seconds: float = 0.0
+    miss_chunk_hashes: frozenset[bytes] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("store_failure_rate", "load_miss_rate", "corrupt_rate",
+                     "submit_exception_rate", "delay_rate"):
+            object.__setattr__(self, name, _check_rate(name, getattr(self, name)))
+        delay = float(self.delay_seconds)
+        if delay < 0:
+            raise ValueError(f"fault adapter: delay_seconds must be >= 0, got {delay!r}")
+        object.__setattr__(self, "delay_seconds", delay)
+        object.__setattr__(self, "miss_chunk_hashes", frozenset(self.miss_chunk_hashes))
+
+    def draw(self, kind: str, keys: Iterable[ObjectKey]) -> float:
+        """A deterministic number in ``[0, 1)`` for (seed, ``kind``, ``keys``)."""
+        h = hashlib.blake2b(digest_size=8, key=int(self.seed).to_bytes(16, "little", signed=True))
+        h.update(kind.encode())
+        for key in keys:
+            for part in (key.chunk_hash, key.model_name.encode(), key.cache_salt.encode(),
+                         key.kv_rank.to_bytes(16, "little", signed=True),
+                         key.object_group_id.to_bytes(8, "little")):
+                h.update(len(part).to_bytes(4, "little"))
+                h.update(part)
+        return int.from_bytes(h.digest(), "little") / 2.0**64
+
+    def hits(self, kind: str, rate: float, keys: Iterable[ObjectKey]) -> bool:
+        return rate > 0.0 and self.draw(kind, keys) < rate
+
+    def delay_for(self, kind: str, keys: Sequence[ObjectKey]) -> float:
+        if not self.hits(kind + "/delay", self.delay_rate, keys):
+            return 0.0
+        return self.delay_seconds * self.draw(kind + "/delay-length", keys)
+
+
+class FaultInjectingL2Adapter(L2AdapterInterface):
+    """An adapter in front of ``inner`` that injects the faults of a :class:`FaultPlan`.
+
+    Lookups, unlocks, sizes, deletes and usage pass straight through. Store and load results
+    arrive on this adapter's own fds (a poll thread named ``lmserde-fault`` relays them).
+    ``report_status()`` adds a ``fault_inject`` dict of counts. Closing closes ``inner``.
+    """
+
+    adapter_type = "fault"
+
+    def __init__(self, inner: L2AdapterInterface, plan: FaultPlan | None = None) -> None:
+        super().__init__(inner.max_capacity_bytes)
+        self._inner = inner
+        self._plan = plan if plan is not None else FaultPlan()
+        self._queues = AdapterTaskQueues()
+        self._lock = threading.Lock()
+        self._stores: dict[int, tuple[int, float]] = {}
+        self._loads: dict[int, tuple[int, list[ObjectKey], list[MemoryObj], float]] = {}
+        self._counts = {"store_failures": 0, "load_misses": 0, "corruptions": 0,
+                        "submit_exceptions": 0, "delays": 0}
+        self._closed = False
+        self._loop = PollLoop("lmserde-fault")
+        self._loop.add_fd(inner.get_store_event_fd(), self._drain_stores)
+        self._loop.add_fd(inner.get_load_event_fd(), self._drain_loads)
+        self._loop.start()
+
+    @property
+    def inner_adapter(self) -> L2AdapterInterface:
+        return self._inner
+
+    @property
+    def plan(self) -> FaultPlan:
+        return self._plan
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("FaultInjectingL2Adapter is closed")
+
+    def _maybe_raise(self, kind: str, keys: Sequence[ObjectKey]) -> None:
+        if self._plan.hits(kind + "/raise", self._plan.submit_exception_rate, keys):
+            self._count("submit_exceptions")
+            raise InjectedFaultError(f"fault adapter: injected exception from submit_{kind}_task")
+
+    def _finish(self, delay: float, complete: Any, task_id: int, result: Any) -> None:
+        if delay > 0.0:
+            self._count("delays")
+            self._loop.call_later(delay, lambda: complete(task_id, result))
+        else:
+            complete(task_id, result)
+
+    # -- fds ------------------------------------------------------------------------------------
+
+    def get_store_event_fd(self) -> int:
+        return self._queues.store.fileno()
+
+    def get_lookup_and_lock_event_fd(self) -> int:
+        return self._inner.get_lookup_and_lock_event_fd()
+
+    def get_load_event_fd(self) -> int:
+        return self._queues.load.fileno()
+
+    # -- store ----------------------------------------------------------------------------------
+
+    def submit_store_task(
+        self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
+    ) -> L2TaskId:
+        self._check_open()
+        keys = list(keys)
+        self._maybe_raise("store", keys)
+        task_id = self._queues.new_task_id()
+        delay = self._plan.delay_for("store", keys)
+        if self._plan.hits("store/fail", self._plan.store_failure_rate, keys):
+            self._count("store_failures")
+            self._finish(delay, self._queues.store.complete, task_id, L2StoreResult(False, 0))
+            return task_id
+        with self._lock:  # registered before the relay thread can see the inner result
+            inner_id = self._inner.submit_store_task(keys, objects)
+            self._stores[inner_id] = (task_id, delay)
+        return task_id
+
+    def _drain_stores(self) -> None:
+        with self._lock:
+            done = self._inner.pop_completed_store_tasks()
+            mine = [(self._stores.pop(i), r) for i, r in done.items() if i in self._stores]
+        for (task_id, delay), result in mine:
+            self._finish(delay, self._queues.store.complete, task_id, result)
+
+    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
+        return self._queues.store.pop_all()
+
+    # -- lookup / unlock (pass-through) ---------------------------------------------------------
+
+    def submit_lookup_and_lock_task(
+        self,
+        keys: Sequence[ObjectKey],
+        group_layout_descs: dict[int, MemoryLayoutDesc] | None = None,
+    ) -> L2TaskId:
+        return self._inner.submit_lookup_and_lock_task(keys, group_layout_descs)
+
+    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._inner.query_lookup_and_lock_result(task_id)
+
+    def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.submit_unlock(keys)
+
+    # -- load -----------------------------------------------------------------------------------
+
+    def submit_load_task(
+        self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
+    ) -> L2TaskId:
+        self._check_open()
+        keys, objects = list(keys), list(objects)
+        self._maybe_raise("load", keys)
+        task_id = self._queues.new_task_id()
+        delay = self._plan.delay_for("load", keys)
+        with self._lock:
+            inner_id = self._inner.submit_load_task(keys, objects)
+            self._loads[inner_id] = (task_id, keys, objects, delay)
+        return task_id
+
+    def _drain_loads(self) -> None:
+        with self._lock:
+            pending = list(self._loads.items())
+        for inner_id, (task_id, keys, objects, delay) in pending:
+            bitmap = self._inner.query_load_result(inner_id)
+            if bitmap is None:
+                continue
+            with self._lock:
+                del self._loads[inner_id]
+            self._finish(delay, self._queues.load.complete, task_id,
+                         self._apply_load_faults(bitmap, keys, objects))
+
+    def _apply_load_faults(
+        self, bitmap: Bitmap, keys: list[ObjectKey], objects: list[MemoryObj]
+    ) -> Bitmap:
+        plan = self._plan
+        for i in bitmap.set_indices():
+            key = keys[i]
+            if key.chunk_hash in plan.miss_chunk_hashes or plan.hits(
+                    "load/miss", plan.load_miss_rate, [key]):
+                bitmap.clear(i)
+                self._count("load_misses")
+            elif plan.hits("load/corrupt", plan.corrupt_rate, [key]):
+                data = as_byte_tensor(objects[i])
+                if data.numel():
+                    pos = int(plan.draw("load/corrupt-at", [key]) * data.numel())
+                    data[pos] ^= 0xFF
+                    self._count("corruptions")
+        return bitmap
+
+    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._queues.load.pop(task_id)
+
+    # -- pass-through extras --------------------------------------------------------------------
+
+    def reports_object_sizes(self) -> bool:
+        return bool(getattr(self._inner, "reports_object_sizes", lambda: False)())
+
+    def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
+        return self._inner.get_object_sizes(keys)
+
+    def delete(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.delete(keys)
+
+    def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.touch_keys(keys)
+
+    def get_usage(self) -> AdapterUsage:
+        return self._inner.get_usage()
+
+    def supports_global_eviction(self) -> bool:
+        return self._inner.supports_global_eviction()
+
+    def list_l2_keys(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.list_l2_keys(*args, **kwargs)
+
+    def register_listener(self, listener: Any) -> None:
+        self._inner.register_listener(listener)
+
+    def set_backend_identity(self, name: str, shared: bool = False) -> None:
+        self._inner.set_backend_identity(name, shared)
+
+    def report_status(self) -> dict[str, Any]:
+        status = dict(self._inner.report_status())
+        with self._lock:
+            status["fault_inject"] = dict(self._counts, seed=self._plan.seed)
+        return status
+
+    def close(self) -> None:
+        """Stop relaying, close ``inner`` and this adapter's fds; idempotent.
+
+        Tasks still in flight are dropped.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._loop.stop()
+        self._inner.close()
+        self._queues.close()
+
+
+def _parse_chunk_hashes(value: Any) -> frozenset[bytes]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, (str, bytes)):
+        value = [value]
+    hashes: set[bytes] = set()
+    for item in value:
+        if isinstance(item, bytes):
+            hashes.add(item)
+        elif isinstance(item, str):
+            try:
+                hashes.add(bytes.fromhex(item))
+            except ValueError:
+                raise ValueError(
+                    f"fault adapter: miss_chunk_hashes entries must be hex strings, got {item!r}"
+                ) from None
+        else:
+            raise ValueError(
+                f"fault adapter: miss_chunk_hashes entries must be hex strings, got {item!r}"
+            )
+    return frozenset(hashes)
+
+
+def _check_inner(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"option 'inner' must be an adapter spec dict such as {{'type': 'memory'}}, got "
+            f"{type(value).__name__}"
+        )
+
+
+def _create_fault(options: dict[str, Any], l1_manager: Any) -> FaultInjectingL2Adapter:
+    from lmserde.l2.adapter_config import create_l2_adapter
+
+    plan = FaultPlan(
+        seed=options["seed"],
+        store_failure_rate=options["store_failure_rate"],
+        load_miss_rate=options["load_miss_rate"],
+        corrupt_rate=options["corrupt_rate"],
+        submit_exception_rate=options["submit_exception_rate"],
+        delay_rate=options["delay_rate"],
+        delay_seconds=options["delay_seconds"],
+        miss_chunk_hashes=_parse_chunk_hashes(options["miss_chunk_hashes"]),
+    )
+    return FaultInjectingL2Adapter(create_l2_adapter(options["inner"], l1_manager), plan)
+
+
+def _rate(name: str, help_text: str) -> SerdeOption:
+    def check(value: float) -> None:
+        _check_rate(name, value)
+
+    return SerdeOption(name, float, 0.0, help_text, check=check)
+
+
+FAULT_ADAPTER_SPEC = L2AdapterSpec(
+    factory=_create_fault,
+    description="Wraps another adapter and injects failures deterministically by seed",
+    options=(
+        SerdeOption("inner", object, None, "spec dict of the wrapped adapter", required=True,
+                    check=_check_inner),
+        SerdeOption("seed", int, 0, "seed of every fault decision"),
+        _rate("store_failure_rate", "fraction of store tasks that fail"),
+        _rate("load_miss_rate", "fraction of loaded keys reported as misses"),
+        _rate("corrupt_rate", "fraction of loaded keys with one byte flipped"),
+        _rate("submit_exception_rate", "fraction of store/load submits that raise"),
+        _rate("delay_rate", "fraction of store/load tasks whose result is held back"),
+        SerdeOption("delay_seconds", float, 0.0, "longest injected delay", minimum=0.0),
+        SerdeOption("miss_chunk_hashes", object, (), "chunk hashes (hex) that always miss"),
+    ),
+    reports_object_sizes=None,
+)

@@ -1,0 +1,120 @@
+"""``PollLoop``: one daemon thread that waits on event fds and timers and runs their handlers."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from lmserde.events import consume_fd, create_event_notifier
+
+__all__ = ["PollLoop"]
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[], None]
+
+
+class PollLoop:
+    """Runs ``handler()`` after each readable registered fd has been drained, and timers when due.
+
+    The fd is consumed *before* its handler runs, so a completion signalled during the handler
+    wakes the loop again. Handler exceptions are logged and the loop continues. :meth:`stop` wakes
+    the loop through an internal event fd and joins the thread: no polling timeout is involved.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._wake = create_event_notifier()
+        self._handlers: dict[int, Handler] = {}
+        self._timers: list[tuple[float, int, Handler]] = []
+        self._timer_seq = itertools.count()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def add_fd(self, fd: int, handler: Handler) -> None:
+        """Watch ``fd``; only before :meth:`start`."""
+        if self._thread is not None:
+            raise RuntimeError("PollLoop.add_fd must be called before start()")
+        if fd in self._handlers:
+            raise ValueError(f"fd {fd} is already watched by this loop")
+        self._handlers[fd] = handler
+
+    def call_later(self, delay: float, handler: Handler) -> None:
+        """Run ``handler`` on the loop thread after ``delay`` seconds (thread-safe)."""
+        with self._lock:
+            heapq.heappush(self._timers,
+                           (time.monotonic() + max(delay, 0.0), next(self._timer_seq), handler))
+        self._wake.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def stop(self) -> None:
+        """Stop the thread and release the wake fd; idempotent. Pending timers never run."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+        self._wake.notify()
+        thread = self._thread
+        if thread is not None and not self.in_loop_thread:
+            thread.join()
+        self._wake.close()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        wake_fd = self._wake.fileno()
+        poller.register(wake_fd, select.POLLIN)
+        for fd in self._handlers:
+            poller.register(fd, select.POLLIN)
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return
+                timeout_ms = None
+                if self._timers:
+                    timeout_ms = max((self._timers[0][0] - time.monotonic()) * 1000.0, 0.0)
+            try:
+                ready = poller.poll(timeout_ms)
+            except InterruptedError:
+                continue
+            for fd, _events in ready:
+                if fd == wake_fd:
+                    consume_fd(fd)
+                    continue
+                if _events & select.POLLNVAL:  # closed under us: stop watching it
+                    _log.error("%s: fd %d was closed while watched", self._name, fd)
+                    poller.unregister(fd)
+                    continue
+                consume_fd(fd)
+                self._call(self._handlers[fd])
+            self._run_due_timers()
+
+    def _run_due_timers(self) -> None:
+        now = time.monotonic()
+        due: list[Handler] = []
+        with self._lock:
+            while self._timers and self._timers[0][0] <= now:
+                due.append(heapq.heappop(self._timers)[2])
+        for handler in due:
+            self._call(handler)
+
+    def _call(self, handler: Handler) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+        try:
+            handler()
+        except Exception:  # one bad drain must not stop the loop
+            _log.exception("%s: handler %r raised; continuing", self._name, handler)

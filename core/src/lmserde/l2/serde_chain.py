@@ -1,0 +1,334 @@
+"""Serde chains: several serdes applied in order on store and in reverse on load.
+
+``[fp8, aesgcm]`` quantizes, then encrypts the quantized bytes; a load decrypts, then dequantizes.
+Each stage's size estimate is computed on the flat ``uint8`` layout of the previous stage's
+output buffer. Between stages the bytes are handed over as they are when the earlier stage is
+``EXACT``; after an ``UPPER_BOUND`` stage they are framed as an 8-byte little-endian length
+followed by the payload, zero-padded to the stage's bound, so the next stage always sees a
+fixed-size input and a load knows each intermediate length. The chain's output therefore has
+the size contract of its last stage. Only the first stage may be a multi-output serde.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lmserde.base import (
+    Deserializer,
+    SerdeConfig,
+    SerdeProcessor,
+    Serializer,
+)
+from lmserde.keys import ObjectKey
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
+from lmserde.multi import (
+    GroupSlotView,
+    LayoutDescGroup,
+    MemoryObjGroup,
+    MultiDeserializer,
+    MultiSerializer,
+    layout_desc_to_group,
+)
+from lmserde.processor import AsyncSerdeProcessor
+from lmserde.spec import SerdeSizeContract
+
+__all__ = ["ChainStage", "SerdeChainProcessor", "create_serde_chain", "FRAME_HEADER_BYTES"]
+
+#: Length prefix written after an upper-bound stage.
+FRAME_HEADER_BYTES = 8
+_PLAN_CACHE_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class ChainStage:
+    """One stage: its type name, synchronous serde pair and declared size contract."""
+
+    name: str
+    serializer: Serializer | MultiSerializer
+    deserializer: Deserializer | MultiDeserializer
+    size_contract: SerdeSizeContract
+
+
+@dataclass(frozen=True)
+class _Hop:
+    """The buffer between stage ``i`` and ``i + 1`` for one input layout."""
+
+    bound: int  # stage i's estimate
+    framed: bool  # stage i is UPPER_BOUND: length-prefixed and padded
+
+    @property
+    def size(self) -> int:
+        return self.bound + FRAME_HEADER_BYTES if self.framed else self.bound
+
+
+def _bytes_layout(n: int) -> MemoryLayoutDesc:
+    return MemoryLayoutDesc([[n]], [torch.uint8])
+
+
+def _byte_obj(raw: torch.Tensor) -> TensorMemoryObj:
+    return TensorMemoryObj.over(raw, _bytes_layout(raw.numel()), fmt=MemoryFormat.BINARY_BUFFER)
+
+
+class _ChainCore:
+    """Shared by the chain's serializer and deserializer: stages, size plans, scratch buffers."""
+
+    def __init__(self, stages: Sequence[ChainStage]) -> None:
+        self.stages = list(stages)
+        self._plans: dict[Any, list[_Hop]] = {}
+        self._scratch = threading.local()
+
+    def plan(self, first_layout: Any) -> list[_Hop]:
+        hops = self._plans.get(first_layout)
+        if hops is None:
+            hops = []
+            layout = first_layout
+            for stage in self.stages[:-1]:
+                bound = int(stage.serializer.estimate_serialized_size(layout))
+                hop = _Hop(bound, stage.size_contract is not SerdeSizeContract.EXACT)
+                hops.append(hop)
+                layout = _bytes_layout(hop.size)
+            if len(self._plans) >= _PLAN_CACHE_LIMIT:
+                self._plans.clear()
+            self._plans[first_layout] = hops
+        return hops
+
+    def estimate(self, first_layout: Any) -> int:
+        hops = self.plan(first_layout)
+        layout = _bytes_layout(hops[-1].size) if hops else first_layout
+        return int(self.stages[-1].serializer.estimate_serialized_size(layout))
+
+    def scratch(self, index: int, size: int) -> torch.Tensor:
+        """A per-thread buffer of ``size`` bytes for hop ``index`` (reused across calls)."""
+        buffers: dict[int, torch.Tensor] | None = getattr(self._scratch, "buffers", None)
+        if buffers is None:
+            buffers = self._scratch.buffers = {}
+        buf = buffers.get(index)
+        if buf is None or buf.numel() < size:
+            buf = buffers[index] = torch.empty(size, dtype=torch.uint8)
+        return buf[:size]
+
+    def serialize(self, src: Any, dst: MemoryObj, key: ObjectKey, first_layout: Any) -> int:
+        current: Any = src
+        for i, (stage, hop) in enumerate(zip(self.stages, self.plan(first_layout))):
+            raw = self.scratch(i, hop.size)
+            if hop.framed:
+                n = stage.serializer.serialize(current, _byte_obj(raw[FRAME_HEADER_BYTES:]), key)
+                n = hop.bound if not isinstance(n, int) else n
+                if not 0 <= n <= hop.bound:
+                    raise ValueError(
+                        f"serde chain: stage '{stage.name}' wrote {n} bytes, outside its "
+                        f"estimate of {hop.bound}"
+                    )
+                raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(
+                    bytearray(n.to_bytes(FRAME_HEADER_BYTES, "little")), dtype=torch.uint8))
+                raw[FRAME_HEADER_BYTES + n:].zero_()
+            else:
+                n = stage.serializer.serialize(current, _byte_obj(raw), key)
+                if isinstance(n, int) and n != hop.bound:
+                    raise ValueError(
+                        f"serde chain: stage '{stage.name}' declares an EXACT size contract but "
+                        f"wrote {n} bytes, not its estimate of {hop.bound}"
+                    )
+            current = _byte_obj(raw)
+        return self.stages[-1].serializer.serialize(current, dst, key)
+
+    def deserialize(self, src: MemoryObj, dst: Any, key: ObjectKey, first_layout: Any) -> None:
+        hops = self.plan(first_layout)
+        current: MemoryObj = src
+        for i in range(len(self.stages) - 1, 0, -1):
+            hop = hops[i - 1]
+            raw = self.scratch(i - 1, hop.size)
+            self.stages[i].deserializer.deserialize(current, _byte_obj(raw), key)
+            if hop.framed:
+                n = int.from_bytes(bytes(raw[:FRAME_HEADER_BYTES].tolist()), "little")
+                if n > hop.bound:
+                    raise ValueError(
+                        f"serde chain: corrupt frame after stage '{self.stages[i - 1].name}': "
+                        f"payload length {n} exceeds the bound {hop.bound}"
+                    )
+                current = _byte_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + n])
+            else:
+                current = _byte_obj(raw)
+        self.stages[0].deserializer.deserialize(current, dst, key)
+
+
+def _object_layout(obj: Any) -> MemoryLayoutDesc:
+    layout = getattr(obj, "layout", None)
+    if isinstance(layout, MemoryLayoutDesc):
+        return layout
+    return MemoryLayoutDesc(obj.get_shapes(), obj.get_dtypes())
+
+
+def _group_layout(items: MemoryObjGroup, mapping: Sequence[int | None]) -> LayoutDescGroup:
+    """The first stage's input layouts for a group of slot views (input or output side)."""
+    parent = next((v.parent for v in items if isinstance(v, GroupSlotView)), None)
+    if parent is not None:
+        return layout_desc_to_group(_object_layout(parent), mapping)
+    return tuple(None if v is None else _object_layout(v) for v in items)
+
+
+class _ChainSerializer(Serializer):
+    def __init__(self, core: _ChainCore) -> None:
+        self._core = core
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        return self._core.serialize(src, dst, key, _object_layout(src))
+
+    def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
+        return self._core.estimate(layout_desc)
+
+
+class _ChainDeserializer(Deserializer):
+    def __init__(self, core: _ChainCore) -> None:
+        self._core = core
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        self._core.deserialize(src, dst, key, _object_layout(dst))
+
+
+class _MultiChainSerializer(MultiSerializer):
+    def __init__(self, core: _ChainCore, first: MultiSerializer) -> None:
+        self._core = core
+        self._first = first
+
+    @property
+    def group_size(self) -> int:
+        return self._first.group_size
+
+    @property
+    def input_slot_mapping(self) -> tuple[int | None, ...]:
+        return tuple(self._first.input_slot_mapping)
+
+    def serialize(self, src: MemoryObjGroup, dst: MemoryObj, key: ObjectKey) -> int:
+        return self._core.serialize(src, dst, key, _group_layout(src, self.input_slot_mapping))
+
+    def estimate_serialized_size(self, layout_descs: LayoutDescGroup) -> int:
+        return self._core.estimate(tuple(layout_descs))
+
+
+class _MultiChainDeserializer(MultiDeserializer):
+    def __init__(self, core: _ChainCore, first: MultiDeserializer,
+                 in_map: Sequence[int | None]) -> None:
+        self._core = core
+        self._first = first
+        self._in_map = tuple(in_map)
+
+    @property
+    def group_size(self) -> int:
+        return self._first.group_size
+
+    @property
+    def output_slot_mapping(self) -> tuple[int | None, ...]:
+        return tuple(self._first.output_slot_mapping)
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObjGroup, key: ObjectKey) -> None:
+        self._core.deserialize(src, dst, key, _group_layout(dst, self._in_map))
+
+
+class SerdeChainProcessor(AsyncSerdeProcessor):
+    """An :class:`~lmserde.AsyncSerdeProcessor` running ``stages`` as one serde.
+
+    ``serde_type`` is the stage names joined by ``+``; ``size_contract`` is the last stage's.
+    Per-item outcomes work as for any processor: one object failing any stage fails that item.
+    ``owned`` processors (the stage processors the pairs came from) are closed with the chain.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[ChainStage],
+        max_workers: int = 1,
+        *,
+        owned: Sequence[SerdeProcessor] = (),
+    ) -> None:
+        if not stages:
+            raise ValueError("a serde chain needs at least one stage")
+        for i, stage in enumerate(stages[1:], start=1):
+            if isinstance(stage.serializer, MultiSerializer) or isinstance(
+                    stage.deserializer, MultiDeserializer):
+                raise ValueError(
+                    f"serde chain: only the first serde may be multi-output; '{stage.name}' is "
+                    f"at position {i}"
+                )
+        core = _ChainCore(stages)
+        first = stages[0]
+        serializer: Serializer | MultiSerializer
+        deserializer: Deserializer | MultiDeserializer
+        if isinstance(first.serializer, MultiSerializer):
+            serializer = _MultiChainSerializer(core, first.serializer)
+        else:
+            serializer = _ChainSerializer(core)
+        if isinstance(first.deserializer, MultiDeserializer):
+            in_map = (first.serializer.input_slot_mapping
+                      if isinstance(first.serializer, MultiSerializer)
+                      else tuple(range(first.deserializer.group_size)))
+            deserializer = _MultiChainDeserializer(core, first.deserializer, in_map)
+        else:
+            deserializer = _ChainDeserializer(core)
+        self.stages = tuple(stages)
+        self.size_contract = stages[-1].size_contract
+        self._owned = list(owned)
+        super().__init__(serializer, deserializer, max_workers,
+                         serde_type="+".join(s.name for s in stages))
+
+    @property
+    def stage_types(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def close(self) -> None:
+        super().close()
+        owned, self._owned = self._owned, []
+        for proc in owned:
+            proc.close()
+
+
+def _config_type(config: SerdeConfig | Mapping[str, Any]) -> str:
+    if isinstance(config, SerdeConfig):
+        return config.type
+    serde_type = config.get("type") if isinstance(config, Mapping) else None
+    if not isinstance(serde_type, str):
+        raise ValueError("'serde' dict must include a 'type' field")
+    return serde_type
+
+
+def create_serde_chain(
+    configs: Sequence[SerdeConfig | Mapping[str, Any]],
+) -> SerdeChainProcessor:
+    """Build each stage through the registry (options validated as usual) and chain them.
+
+    Each stage's processor must expose ``serializer`` and ``deserializer`` (every
+    :class:`~lmserde.AsyncSerdeProcessor` does); the chain runs with the largest ``max_workers``
+    of its stages.
+    """
+    from lmserde.registry import create_serde_processor, get_serde_size_contract
+
+    if not configs:
+        raise ValueError("a serde chain needs at least one serde")
+    built: list[SerdeProcessor] = []
+    try:
+        stages: list[ChainStage] = []
+        workers = 1
+        for config in configs:
+            serde_type = _config_type(config)
+            proc = create_serde_processor(config)
+            built.append(proc)
+            serializer = getattr(proc, "serializer", None)
+            deserializer = getattr(proc, "deserializer", None)
+            if serializer is None or deserializer is None:
+                raise ValueError(
+                    f"serde '{serde_type}' cannot be chained: its processor "
+                    f"({type(proc).__name__}) does not expose its serializer and deserializer"
+                )
+            stages.append(ChainStage(serde_type, serializer, deserializer,
+                                     get_serde_size_contract(serde_type)))
+            workers = max(workers, int(getattr(proc, "max_workers", 1)))
+        return SerdeChainProcessor(stages, workers, owned=built)
+    except BaseException:
+        for proc in built:
+            proc.close()
+        raise

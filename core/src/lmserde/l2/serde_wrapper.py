@@ -1,0 +1,704 @@
+"""``SerdeL2AdapterWrapper``: runs every stored object through a serde, and every load back.
+
+Store: temporary byte buffers are reserved in L1 (one batch, each sized from its own object's
+layout), the serde serializes into them, the inner adapter stores them under the original keys,
+and the temporaries are released. Load: temporaries sized to the stored payload are filled by the
+inner adapter and deserialized into the caller's objects, key by key: a key whose bytes do not
+decode is a miss for that key only. Every failure releases every temporary.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lmserde.base import SerdeProcessor
+from lmserde.hooks import emit_wrapper_task_event
+from lmserde.keys import ObjectKey, make_temp_key
+from lmserde.l1.errors import L1Error
+from lmserde.l1.manager import L1Manager
+from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.poll_loop import PollLoop
+from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.usage import AdapterUsage
+from lmserde.l2.wrapper_metrics import WrapperMetrics
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryFormat, MemoryObj
+from lmserde.multi import GroupSlotView, layout_desc_to_group
+from lmserde.observability import WrapperTaskEvent
+from lmserde.spec import SerdeSizeContract
+
+__all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR"]
+
+_log = logging.getLogger(__name__)
+
+#: Tag of the wrapper's L1 staging objects (invisible to other readers).
+L1_WRITE_TAG = "serde_wrapper"
+UPPER_BOUND_PAIRING_ERROR = (
+    "Upper-bound serde output requires the filesystem adapter's actual-used-length load "
+    "contract; unsupported pairing(s): "
+)
+_ESTIMATE_CACHE_LIMIT = 256
+
+
+class _Phase(enum.Enum):
+    SERIALIZE = "serialize"
+    INNER_STORE = "inner_store"
+    INNER_LOAD = "inner_load"
+    DESERIALIZE = "deserialize"
+
+
+@dataclass(eq=False)
+class _Task:
+    task_id: int
+    keys: list[ObjectKey]
+    temp_keys: list[ObjectKey]
+    temps: list[MemoryObj]
+    phase: _Phase
+    started: float
+    stage_started: float
+    bytes_kv: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    # load only
+    num_keys: int = 0
+    positions: list[int] = field(default_factory=list)  # caller index of each temp
+    dst_items: list[Any] = field(default_factory=list)  # deserialize destination per temp
+    hit_slots: list[int] = field(default_factory=list)  # temp indices sent to deserialize
+    missed_by_size: int = 0
+
+    def end_stage(self, name: str, now: float) -> float:
+        seconds = now - self.stage_started
+        self.stage_seconds[name] = seconds
+        self.stage_started = now
+        return seconds
+
+
+def _layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
+    layout = getattr(obj, "layout", None)
+    if isinstance(layout, MemoryLayoutDesc):
+        return layout
+    return MemoryLayoutDesc(obj.get_shapes(), obj.get_dtypes())
+
+
+def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
+    declared = getattr(serde, "size_contract", None)
+    if isinstance(declared, SerdeSizeContract):
+        return declared
+    try:
+        from lmserde.registry import get_serde_size_contract
+
+        return get_serde_size_contract(serde_type)
+    except Exception:  # unknown type: the conservative contract
+        return SerdeSizeContract.UPPER_BOUND
+
+
+def _reports_sizes(adapter: Any) -> bool:
+    probe = getattr(adapter, "reports_object_sizes", None)
+    return bool(probe()) if callable(probe) else False
+
+
+class SerdeL2AdapterWrapper(L2AdapterInterface):
+    """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
+
+    ``serde`` is owned by the wrapper (closed with it); ``l1_manager`` provides the temporary
+    buffers. ``size_contract`` defaults to the processor's ``size_contract`` attribute, else the
+    contract registered for ``serde_type``, else ``UPPER_BOUND``; an ``UPPER_BOUND`` serde on an
+    adapter that cannot report object sizes is refused with ``ValueError`` here, at construction.
+
+    Store results are the inner results (serialized byte counts); any failure gives
+    ``L2StoreResult(False, 0)``, immediately when it happens inside ``submit_store_task``. Load
+    results are per key: inner misses, keys whose stored payload exceeds the serde's bound and keys
+    that fail to deserialize are misses; the other keys of the batch still hit (per-key outcomes
+    need a processor with ``query_deserialize_outcome``; other processors fail the whole batch).
+
+    Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in serialized bytes).
+    ``report_status()`` adds ``serde_wrapped: True``, ``serde_type`` and ``serde_wrapper`` (the
+    :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics` snapshot); each finished task is also
+    emitted as a :class:`~lmserde.WrapperTaskEvent`.
+    """
+
+    def __init__(
+        self,
+        inner_adapter: L2AdapterInterface,
+        serde: SerdeProcessor,
+        l1_manager: L1Manager,
+        *,
+        serde_type: str | None = None,
+        size_contract: SerdeSizeContract | None = None,
+    ) -> None:
+        super().__init__(inner_adapter.max_capacity_bytes)
+        self._inner = inner_adapter
+        self._serde = serde
+        self._l1 = l1_manager
+        self.serde_type = serde_type or str(getattr(serde, "serde_type", type(serde).__name__))
+        self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
+        if self.size_contract is SerdeSizeContract.UPPER_BOUND and not _reports_sizes(inner_adapter):
+            backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
+            raise ValueError(
+                f"{UPPER_BOUND_PAIRING_ERROR}{self.serde_type} on {backend}. The serde may write "
+                f"less than its estimate, and '{backend}' cannot report stored object sizes, so "
+                "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
+                "with an EXACT size contract."
+            )
+        self._in_map = serde.input_slot_mapping()
+        self._out_map = serde.output_slot_mapping()
+        self._has_outcomes = callable(getattr(serde, "query_deserialize_outcome", None))
+        watched = {serde.get_serialize_event_fd(): self._drain_serialize,
+                   serde.get_deserialize_event_fd(): self._drain_deserialize,
+                   inner_adapter.get_store_event_fd(): self._drain_inner_store,
+                   inner_adapter.get_load_event_fd(): self._drain_inner_load}
+        if len(watched) != 4:
+            raise ValueError(
+                "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
+                "must be four distinct file descriptors"
+            )
+        self._metrics = WrapperMetrics()
+        self._estimates: dict[MemoryLayoutDesc, int] = {}
+        self._temp_layouts: dict[int, MemoryLayoutDesc] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._serializing: dict[int, _Task] = {}
+        self._inner_storing: dict[int, _Task] = {}
+        self._inner_loading: dict[int, _Task] = {}
+        self._deserializing: dict[int, _Task] = {}
+        self._queues = AdapterTaskQueues()
+        self._loop = PollLoop("serde-l2-wrapper")
+        for fd, handler in watched.items():
+            self._loop.add_fd(fd, handler)
+        self._loop.start()
+
+    # -- accessors ------------------------------------------------------------------------------
+
+    @property
+    def inner_adapter(self) -> L2AdapterInterface:
+        return self._inner
+
+    @property
+    def serde(self) -> SerdeProcessor:
+        return self._serde
+
+    @property
+    def l1_manager(self) -> L1Manager:
+        return self._l1
+
+    @property
+    def adapter_type(self) -> str:  # type: ignore[override]
+        return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
+
+    def metrics(self) -> dict[str, Any]:
+        """The wrapper's own metrics (see :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics`)."""
+        return self._metrics.snapshot()
+
+    def get_store_event_fd(self) -> int:
+        return self._queues.store.fileno()
+
+    def get_lookup_and_lock_event_fd(self) -> int:
+        return self._inner.get_lookup_and_lock_event_fd()
+
+    def get_load_event_fd(self) -> int:
+        return self._queues.load.fileno()
+
+    # -- sizing and items -----------------------------------------------------------------------
+
+    def _estimate(self, layout: MemoryLayoutDesc) -> int:
+        size = self._estimates.get(layout)
+        if size is None:
+            arg: Any = layout if self._in_map is None else layout_desc_to_group(layout, self._in_map)
+            size = int(self._serde.estimate_serialized_size(arg))
+            if size < 0:
+                raise ValueError(f"serde '{self.serde_type}' estimated a negative size ({size})")
+            if len(self._estimates) >= _ESTIMATE_CACHE_LIMIT:
+                self._estimates.clear()
+            self._estimates[layout] = size
+        return size
+
+    def _temp_layout(self, size: int) -> MemoryLayoutDesc:
+        layout = self._temp_layouts.get(size)
+        if layout is None:
+            if len(self._temp_layouts) >= _ESTIMATE_CACHE_LIMIT:
+                self._temp_layouts.clear()
+            layout = self._temp_layouts[size] = MemoryLayoutDesc([[size]], [torch.uint8])
+        return layout
+
+    def _serialize_item(self, obj: MemoryObj, layout: MemoryLayoutDesc) -> Any:
+        mapping = self._in_map
+        if mapping is None:
+            return obj
+        used = sorted(g for g in mapping if g is not None)
+        if used != list(range(layout.num_groups)):
+            raise ValueError(
+                f"serde '{self.serde_type}' input slots {mapping} must cover each of the object's "
+                f"{layout.num_groups} groups exactly once"
+            )
+        return tuple(None if g is None else GroupSlotView(obj, g) for g in mapping)
+
+    def _deserialize_item(self, obj: MemoryObj, layout: MemoryLayoutDesc) -> Any:
+        mapping = self._out_map
+        if mapping is None:
+            return obj
+        for g in mapping:
+            if g is not None and not 0 <= g < layout.num_groups:
+                raise ValueError(
+                    f"serde '{self.serde_type}' output slot mapping {mapping} references group "
+                    f"{g}, but the destination has {layout.num_groups} groups"
+                )
+        return tuple(None if g is None else GroupSlotView(obj, g) for g in mapping)
+
+    # -- temporaries ----------------------------------------------------------------------------
+
+    def _reserve_temps(self, temp_keys: list[ObjectKey], sizes: list[int]) -> list[MemoryObj] | None:
+        """One batched reservation; on any failure everything reserved is released (``None``)."""
+        layouts = [self._temp_layout(s) for s in sizes]
+        same = all(layout is layouts[0] for layout in layouts)
+        try:
+            result = self._l1.reserve_write(temp_keys, [True] * len(temp_keys),
+                                            layouts[0] if same else layouts, tag=L1_WRITE_TAG)
+        except (MemoryError, RuntimeError, ValueError) as exc:
+            _log.warning("serde wrapper: reserving %d temporaries failed: %s", len(temp_keys), exc)
+            self._release_written(temp_keys)
+            return None
+        temps: list[MemoryObj] = []
+        for key in temp_keys:
+            error, obj = result.get(key, (L1Error.KEY_NOT_EXIST, None))
+            if error is not L1Error.SUCCESS or obj is None:
+                reserved = [k for k in temp_keys if result.get(k, (None,))[0] is L1Error.SUCCESS]
+                _log.warning("serde wrapper: temporary reservation failed (%s); releasing %d",
+                             getattr(error, "name", error), len(reserved))
+                self._release_written(reserved)
+                return None
+            obj.metadata.fmt = MemoryFormat.BINARY_BUFFER
+            temps.append(obj)
+        return temps
+
+    def _release_written(self, temp_keys: list[ObjectKey]) -> None:
+        if temp_keys:
+            self._l1.finish_write_and_delete(temp_keys, tag=L1_WRITE_TAG)
+
+    def _release_read(self, temp_keys: list[ObjectKey]) -> None:
+        if temp_keys:
+            self._l1.finish_read(temp_keys)
+
+    # -- store ----------------------------------------------------------------------------------
+
+    def submit_store_task(
+        self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
+    ) -> L2TaskId:
+        keys, objects = list(keys), list(objects)
+        if len(keys) != len(objects):
+            raise ValueError(f"submit_store_task got {len(keys)} keys but {len(objects)} objects")
+        self._check_open()
+        task_id = self._queues.new_task_id()
+        now = time.perf_counter()
+        task = _Task(task_id, keys, [], [], _Phase.SERIALIZE, now, now, num_keys=len(keys))
+        if not keys:
+            self._finish_store(task, L2StoreResult(True, 0), None)
+            return task_id
+        try:
+            layouts = [_layout_of(o) for o in objects]
+            items = [self._serialize_item(o, lay) for o, lay in zip(objects, layouts)]
+            sizes = [self._estimate(lay) for lay in layouts]
+            task.bytes_kv = sum(o.get_size() for o in objects)
+        except Exception as exc:  # bad input fails this task only
+            _log.warning("serde wrapper: store task %d rejected: %s", task_id, exc)
+            self._finish_store(task, L2StoreResult(False, 0), "prepare")
+            return task_id
+        task.temp_keys = [make_temp_key(k) for k in keys]
+        temps = self._reserve_temps(task.temp_keys, sizes)
+        if temps is None:
+            self._finish_store(task, L2StoreResult(False, 0), "reserve")
+            return task_id
+        task.temps = temps
+        failure: str | None = None
+        with self._lock:
+            if self._closed:
+                failure = "closed"
+            else:
+                try:
+                    serde_id = self._serde.submit_serialize(items, temps, keys)
+                except Exception as exc:
+                    _log.warning("serde wrapper: submit_serialize raised: %s", exc)
+                    failure = "serialize_submit"
+                else:
+                    self._serializing[serde_id] = task
+        if failure is not None:
+            self._release_written(task.temp_keys)
+            self._finish_store(task, L2StoreResult(False, 0), failure)
+            if failure == "closed":
+                raise RuntimeError("SerdeL2AdapterWrapper is closed")
+        return task_id
+
+    def _drain_serialize(self) -> None:
+        with self._lock:
+            pending = list(self._serializing.items())
+        for serde_id, task in pending:
+            ok = self._serde.query_serialize_result(serde_id)
+            if ok is None:
+                continue
+            with self._lock:
+                self._serializing.pop(serde_id, None)
+            try:
+                self._after_serialize(task, ok)
+            except Exception:  # never leave a task unfinished
+                _log.exception("serde wrapper: store task %d failed after serialize", task.task_id)
+                self._release_any(task)
+                self._finish_store(task, L2StoreResult(False, 0), "internal")
+
+    def _after_serialize(self, task: _Task, ok: bool) -> None:
+        self._metrics.record_stage("serialize", task.end_stage("serialize", time.perf_counter()))
+        if not ok:
+            self._release_written(task.temp_keys)
+            self._finish_store(task, L2StoreResult(False, 0), "serialize")
+            return
+        result = self._l1.finish_write_and_reserve_read(task.temp_keys, 1, tag=L1_WRITE_TAG)
+        locked = [k for k in task.temp_keys if result[k][0] is L1Error.SUCCESS]
+        if len(locked) != len(task.temp_keys):
+            _log.error("serde wrapper: L1 refused to read-lock %d temporaries",
+                       len(task.temp_keys) - len(locked))
+            held = set(locked)
+            self._release_read(locked)
+            self._release_written([k for k in task.temp_keys if k not in held])
+            self._finish_store(task, L2StoreResult(False, 0), "internal")
+            return
+        task.phase = _Phase.INNER_STORE
+        try:
+            inner_id = self._inner.submit_store_task(task.keys, task.temps)
+        except Exception as exc:
+            _log.warning("serde wrapper: inner submit_store_task raised: %s", exc)
+            self._release_read(task.temp_keys)
+            self._finish_store(task, L2StoreResult(False, 0), "inner_store_submit")
+            return
+        with self._lock:
+            self._inner_storing[inner_id] = task
+
+    def _drain_inner_store(self) -> None:
+        done = self._inner.pop_completed_store_tasks()
+        with self._lock:
+            mine = [(self._inner_storing.pop(i), r) for i, r in done.items()
+                    if i in self._inner_storing]
+        for task, result in mine:
+            self._metrics.record_stage("inner_store",
+                                       task.end_stage("inner_store", time.perf_counter()))
+            self._release_read(task.temp_keys)
+            if not isinstance(result, L2StoreResult):
+                result = L2StoreResult(bool(result), 0)
+            self._finish_store(task, result, None if result.is_successful() else "inner_store")
+
+    def _finish_store(self, task: _Task, result: L2StoreResult, failed_stage: str | None) -> None:
+        ok = result.is_successful()
+        serialized = result.bytes_transferred()
+        self._metrics.record_store(ok, task.num_keys, task.bytes_kv, serialized)
+        if failed_stage is not None:
+            self._metrics.record_failure(failed_stage)
+        emit_wrapper_task_event(WrapperTaskEvent(
+            serde_type=self.serde_type, operation="store", task_id=task.task_id,
+            num_keys=task.num_keys, ok=ok, bytes_kv=task.bytes_kv if ok else 0,
+            bytes_serialized=serialized, failed_stage=failed_stage,
+            stage_seconds=dict(task.stage_seconds),
+        ))
+        self._queues.store.complete(task.task_id, result)
+
+    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
+        return self._queues.store.pop_all()
+
+    # -- load -----------------------------------------------------------------------------------
+
+    def submit_load_task(
+        self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
+    ) -> L2TaskId:
+        keys, objects = list(keys), list(objects)
+        if len(keys) != len(objects):
+            raise ValueError(f"submit_load_task got {len(keys)} keys but {len(objects)} objects")
+        self._check_open()
+        task_id = self._queues.new_task_id()
+        now = time.perf_counter()
+        task = _Task(task_id, keys, [], [], _Phase.INNER_LOAD, now, now, num_keys=len(keys))
+        try:
+            layouts = [_layout_of(o) for o in objects]
+            dst_items = [self._deserialize_item(o, lay) for o, lay in zip(objects, layouts)]
+            bounds = [self._estimate(lay) for lay in layouts]
+        except Exception as exc:  # bad input fails this task only
+            _log.warning("serde wrapper: load task %d rejected: %s", task_id, exc)
+            self._finish_load(task, Bitmap(len(keys)), "prepare")
+            return task_id
+        stored = self._stored_sizes(keys)
+        for i, key in enumerate(keys):
+            size = stored.get(key)
+            if size is not None and size > bounds[i]:
+                task.missed_by_size += 1  # larger than the serde can ever write: not its bytes
+                continue
+            task.positions.append(i)
+        if not task.positions:
+            self._finish_load(task, Bitmap(len(keys)), "stored_size" if stored else None)
+            return task_id
+        load_keys = [keys[i] for i in task.positions]
+        task.dst_items = [dst_items[i] for i in task.positions]
+        task.temp_keys = [make_temp_key(k) for k in load_keys]
+        temps = self._reserve_temps(task.temp_keys, [bounds[i] for i in task.positions])
+        if temps is None:
+            self._finish_load(task, Bitmap(len(keys)), "reserve")
+            return task_id
+        task.temps = temps
+        try:
+            for key, temp in zip(load_keys, temps):
+                size = stored.get(key)
+                if size is not None:
+                    temp.set_used_size(size)
+        except Exception as exc:
+            _log.warning("serde wrapper: cannot narrow load temporaries: %s", exc)
+            self._release_written(task.temp_keys)
+            self._finish_load(task, Bitmap(len(keys)), "reserve")
+            return task_id
+        failure: str | None = None
+        with self._lock:  # registered before the poll thread can see the inner result
+            if self._closed:
+                failure = "closed"
+            else:
+                try:
+                    inner_id = self._inner.submit_load_task(load_keys, temps)
+                except Exception as exc:
+                    _log.warning("serde wrapper: inner submit_load_task raised: %s", exc)
+                    failure = "inner_load_submit"
+                else:
+                    self._inner_loading[inner_id] = task
+        if failure is not None:
+            self._release_written(task.temp_keys)
+            self._finish_load(task, Bitmap(len(keys)), failure)
+            if failure == "closed":
+                raise RuntimeError("SerdeL2AdapterWrapper is closed")
+        return task_id
+
+    def _stored_sizes(self, keys: list[ObjectKey]) -> dict[ObjectKey, int]:
+        if not _reports_sizes(self._inner):
+            return {}
+        try:
+            return dict(self._inner.get_object_sizes(keys))
+        except Exception as exc:  # sizes are advisory
+            _log.warning("serde wrapper: get_object_sizes raised: %s", exc)
+            return {}
+
+    def _drain_inner_load(self) -> None:
+        with self._lock:
+            pending = list(self._inner_loading.items())
+        for inner_id, task in pending:
+            bitmap = self._inner.query_load_result(inner_id)
+            if bitmap is None:
+                continue
+            with self._lock:
+                self._inner_loading.pop(inner_id, None)
+            try:
+                self._after_inner_load(task, bitmap)
+            except Exception:  # never leave a task unfinished
+                _log.exception("serde wrapper: load task %d failed after inner load",
+                               task.task_id)
+                self._release_any(task)
+                self._finish_load(task, Bitmap(task.num_keys), "internal")
+
+    def _after_inner_load(self, task: _Task, bitmap: Bitmap) -> None:
+        self._metrics.record_stage("inner_load", task.end_stage("inner_load", time.perf_counter()))
+        if len(bitmap) != len(task.temps):
+            raise RuntimeError(
+                f"inner adapter returned {len(bitmap)} bits for {len(task.temps)} keys"
+            )
+        task.hit_slots = bitmap.set_indices()
+        self._metrics.record_failure("inner_load", len(task.temps) - len(task.hit_slots))
+        if not task.hit_slots:
+            self._release_written(task.temp_keys)
+            self._finish_load(task, Bitmap(task.num_keys), None)
+            return
+        task.phase = _Phase.DESERIALIZE
+        slots = task.hit_slots
+        with self._lock:
+            try:
+                serde_id = self._serde.submit_deserialize(
+                    [task.temps[j] for j in slots], [task.dst_items[j] for j in slots],
+                    [task.keys[task.positions[j]] for j in slots])
+            except Exception as exc:
+                _log.warning("serde wrapper: submit_deserialize raised: %s", exc)
+                serde_id = None
+            else:
+                self._deserializing[serde_id] = task
+        if serde_id is None:
+            self._release_written(task.temp_keys)
+            self._metrics.record_failure("deserialize_submit", len(slots))
+            self._finish_load(task, Bitmap(task.num_keys), "deserialize_submit")
+
+    def _drain_deserialize(self) -> None:
+        with self._lock:
+            pending = list(self._deserializing.items())
+        for serde_id, task in pending:
+            if self._has_outcomes:
+                outcome = self._serde.query_deserialize_outcome(serde_id)  # type: ignore[attr-defined]
+                if outcome is None:
+                    continue
+                oks = [outcome.item_ok(i) if i < len(outcome.item_errors) else False
+                       for i in range(len(task.hit_slots))]
+            else:
+                result = self._serde.query_deserialize_result(serde_id)
+                if result is None:
+                    continue
+                oks = [bool(result)] * len(task.hit_slots)
+            with self._lock:
+                self._deserializing.pop(serde_id, None)
+            try:
+                self._after_deserialize(task, oks)
+            except Exception:  # never leave a task unfinished
+                _log.exception("serde wrapper: load task %d failed after deserialize",
+                               task.task_id)
+                self._release_any(task)
+                self._finish_load(task, Bitmap(task.num_keys), "internal")
+
+    def _after_deserialize(self, task: _Task, oks: list[bool]) -> None:
+        self._metrics.record_stage("deserialize",
+                                   task.end_stage("deserialize", time.perf_counter()))
+        final = Bitmap(task.num_keys)
+        serialized = 0
+        for slot, ok in zip(task.hit_slots, oks):
+            if ok:
+                final.set(task.positions[slot])
+                serialized += task.temps[slot].get_size()
+        failed = len(oks) - sum(oks)
+        self._metrics.record_failure("deserialize", failed)
+        self._release_written(task.temp_keys)
+        self._finish_load(task, final, "deserialize" if failed else None, serialized)
+
+    def _finish_load(
+        self, task: _Task, bitmap: Bitmap, failed_stage: str | None, serialized: int = 0
+    ) -> None:
+        hits = bitmap.count()
+        if failed_stage in ("prepare", "reserve", "inner_load_submit", "closed", "internal"):
+            self._metrics.record_failure(failed_stage, task.num_keys)
+        self._metrics.record_failure("stored_size", task.missed_by_size)
+        bytes_kv = 0
+        if hits:
+            for slot in task.hit_slots:
+                if bitmap.test(task.positions[slot]):
+                    bytes_kv += _item_size(task.dst_items[slot])
+        self._metrics.record_load(task.num_keys, hits, serialized, bytes_kv)
+        emit_wrapper_task_event(WrapperTaskEvent(
+            serde_type=self.serde_type, operation="load", task_id=task.task_id,
+            num_keys=task.num_keys, ok=hits == task.num_keys, hits=hits, bytes_kv=bytes_kv,
+            bytes_serialized=serialized, failed_stage=failed_stage,
+            stage_seconds=dict(task.stage_seconds),
+        ))
+        self._queues.load.complete(task.task_id, bitmap)
+
+    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._queues.load.pop(task_id)
+
+    # -- pass-through ---------------------------------------------------------------------------
+
+    def submit_lookup_and_lock_task(
+        self,
+        keys: Sequence[ObjectKey],
+        group_layout_descs: dict[int, MemoryLayoutDesc] | None = None,
+    ) -> L2TaskId:
+        return self._inner.submit_lookup_and_lock_task(keys, group_layout_descs)
+
+    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._inner.query_lookup_and_lock_result(task_id)
+
+    def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.submit_unlock(keys)
+
+    def reports_object_sizes(self) -> bool:
+        return _reports_sizes(self._inner)
+
+    def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
+        return self._inner.get_object_sizes(keys)
+
+    def delete(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.delete(keys)
+
+    def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.touch_keys(keys)
+
+    def get_usage(self) -> AdapterUsage:
+        return self._inner.get_usage()
+
+    def supports_global_eviction(self) -> bool:
+        return self._inner.supports_global_eviction()
+
+    def list_l2_keys(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.list_l2_keys(*args, **kwargs)
+
+    def register_listener(self, listener: Any) -> None:
+        self._inner.register_listener(listener)
+
+    def set_backend_identity(self, name: str, shared: bool = False) -> None:
+        self._inner.set_backend_identity(name, shared)
+
+    def report_status(self) -> dict[str, Any]:
+        status = dict(self._inner.report_status())
+        status["serde_wrapped"] = True
+        status["serde_type"] = self.serde_type
+        status["serde_size_contract"] = self.size_contract.value
+        status["serde_wrapper"] = self._metrics.snapshot()
+        return status
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("SerdeL2AdapterWrapper is closed")
+
+    def _release_any(self, task: _Task) -> None:
+        if task.phase is _Phase.INNER_STORE:
+            self._release_read(task.temp_keys)
+        else:
+            self._release_written(task.temp_keys)
+
+    def close(self) -> None:
+        """Stop the poll thread, close inner and serde, release every temporary, close the fds.
+
+        Work already running in the inner adapter or the serde is waited for (never cancelled
+        mid-write); tasks still unfinished are completed as failures (stage ``closed``).
+        Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._loop.stop()
+        for name, closer in (("inner adapter", self._inner.close), ("serde", self._serde.close)):
+            try:
+                closer()
+            except Exception:  # keep releasing
+                _log.exception("serde wrapper: closing the %s raised", name)
+        with self._lock:
+            stores = list(self._serializing.values()) + list(self._inner_storing.values())
+            loads = list(self._inner_loading.values()) + list(self._deserializing.values())
+            for table in (self._serializing, self._inner_storing, self._inner_loading,
+                          self._deserializing):
+                table.clear()
+        for task in stores:
+            self._release_any(task)
+            self._finish_store(task, L2StoreResult(False, 0), "closed")
+        for task in loads:
+            self._release_any(task)
+            self._finish_load(task, Bitmap(task.num_keys), "closed")
+        self._queues.close()
+
+    def __enter__(self) -> SerdeL2AdapterWrapper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _item_size(item: Any) -> int:
+    if item is None:
+        return 0
+    if isinstance(item, tuple):
+        return sum(_item_size(i) for i in item)
+    if isinstance(item, GroupSlotView):
+        return _layout_of(item.parent).group_nbytes(item.index)
+    return int(item.get_size())

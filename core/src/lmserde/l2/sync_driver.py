@@ -1,0 +1,104 @@
+"""Blocking helpers over the asynchronous adapter contract (tests, tools, benchmarks).
+
+Each helper waits on the adapter's event fd (never by sleeping in a loop) and consumes its signal,
+so they suit a single consumer per adapter; concurrent consumers need one collector that
+dispatches results. Waiting longer than ``timeout`` raises ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from lmserde.events import consume_fd
+from lmserde.keys import ObjectKey
+from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.interface import L2AdapterInterface
+from lmserde.l2.store_result import L2StoreResult
+from lmserde.memory import MemoryObj
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "wait_for_store",
+    "wait_for_load",
+    "wait_for_lookup",
+    "store_sync",
+    "load_sync",
+    "lookup_sync",
+]
+
+#: Seconds a helper waits for one task before raising ``TimeoutError``.
+DEFAULT_TIMEOUT = 30.0
+
+T = TypeVar("T")
+
+
+def _wait(fd: int, poll: Callable[[], T | None], what: str, timeout: float) -> T:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while True:
+        result = poll()
+        if result is not None:
+            return result
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what} did not complete within {timeout:g} s")
+        if poller.poll(min(remaining, 0.2) * 1000.0):
+            consume_fd(fd)
+
+
+def wait_for_store(
+    adapter: L2AdapterInterface, task_id: int, timeout: float = DEFAULT_TIMEOUT,
+    *, others: dict[int, L2StoreResult] | None = None,
+) -> L2StoreResult:
+    """Wait for store ``task_id``; results of other tasks popped meanwhile go to ``others``."""
+    found: dict[int, L2StoreResult] = {}
+
+    def poll() -> L2StoreResult | None:
+        for tid, result in adapter.pop_completed_store_tasks().items():
+            if tid == task_id:
+                found[tid] = result
+            elif others is not None:
+                others[tid] = result
+        return found.get(task_id)
+
+    return _wait(adapter.get_store_event_fd(), poll, f"store task {task_id}", timeout)
+
+
+def wait_for_load(
+    adapter: L2AdapterInterface, task_id: int, timeout: float = DEFAULT_TIMEOUT
+) -> Bitmap:
+    return _wait(adapter.get_load_event_fd(), lambda: adapter.query_load_result(task_id),
+                 f"load task {task_id}", timeout)
+
+
+def wait_for_lookup(
+    adapter: L2AdapterInterface, task_id: int, timeout: float = DEFAULT_TIMEOUT
+) -> Bitmap:
+    return _wait(adapter.get_lookup_and_lock_event_fd(),
+                 lambda: adapter.query_lookup_and_lock_result(task_id),
+                 f"lookup task {task_id}", timeout)
+
+
+def store_sync(
+    adapter: L2AdapterInterface, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj],
+    timeout: float = DEFAULT_TIMEOUT,
+) -> L2StoreResult:
+    """Submit one store and wait for its result (only for callers that own the store queue)."""
+    return wait_for_store(adapter, adapter.submit_store_task(keys, objects), timeout)
+
+
+def load_sync(
+    adapter: L2AdapterInterface, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj],
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Bitmap:
+    return wait_for_load(adapter, adapter.submit_load_task(keys, objects), timeout)
+
+
+def lookup_sync(
+    adapter: L2AdapterInterface, keys: Sequence[ObjectKey], timeout: float = DEFAULT_TIMEOUT
+) -> Bitmap:
+    return wait_for_lookup(adapter, adapter.submit_lookup_and_lock_task(keys), timeout)
