@@ -1,0 +1,80 @@
+"""AEAD objects cached per derived key, shared by a serializer and its deserializer."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from lmserde_aesgcm.errors import KeyProviderError
+from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
+from lmserde_aesgcm.key_derivation import derive_key
+from lmserde_aesgcm.key_provider import KeyProvider
+
+__all__ = ["DEFAULT_CAPACITY", "CipherCache"]
+
+DEFAULT_CAPACITY = 4096
+
+_CacheKey = tuple[str, int, int]
+
+
+class CipherCache:
+    """``(tenant, key version, key length) -> AESGCM``, least recently used evicted first.
+
+    The provider is asked for a root secret only on a miss; the AES key is derived with HKDF
+    (see ``key_derivation``). Thread-safe; the provider is called outside the lock.
+    """
+
+    def __init__(self, provider: KeyProvider, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"cipher cache capacity must be >= 1, got {capacity}")
+        self._provider = provider
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[_CacheKey, AESGCM] = OrderedDict()
+
+    @property
+    def provider(self) -> KeyProvider:
+        return self._provider
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"<CipherCache provider={self._provider.describe()} entries={len(self)}>"
+
+    def current(self, tenant: str) -> int:
+        """The provider's current key version for ``tenant``, range-checked."""
+        version = self._provider.current_version(tenant)
+        if isinstance(version, bool) or not isinstance(version, int) or not (
+            0 <= version <= MAX_KEY_VERSION
+        ):
+            raise KeyProviderError(
+                f"key provider {self._provider.describe()} returned key version {version!r} "
+                f"for tenant {tenant!r}; versions are integers in [0, {MAX_KEY_VERSION}]"
+            )
+        return version
+
+    def get(self, tenant: str, version: int, key_len: int) -> AESGCM:
+        """The AEAD for ``tenant`` at ``version`` with a ``key_len``-byte key."""
+        cache_key = (tenant, version, key_len)
+        with self._lock:
+            aead = self._entries.get(cache_key)
+            if aead is not None:
+                self._entries.move_to_end(cache_key)
+                return aead
+        secret = self._provider.root_secret(tenant, version)
+        if not isinstance(secret, bytes | bytearray) or len(secret) < 16:
+            raise KeyProviderError(
+                f"key provider {self._provider.describe()} returned an unusable root secret for "
+                f"tenant {tenant!r} version {version} (need at least 16 bytes)"
+            )
+        aead = AESGCM(derive_key(bytes(secret), tenant, key_len))
+        with self._lock:
+            self._entries[cache_key] = aead
+            self._entries.move_to_end(cache_key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+        return aead

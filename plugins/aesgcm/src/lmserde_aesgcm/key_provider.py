@@ -1,0 +1,36 @@
+"""The key-provider contract: root secrets per tenant and key version."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+__all__ = ["KeyProvider"]
+
+
+class KeyProvider(ABC):
+    """Supplies root secrets; the serde derives the AES keys from them (see ``key_derivation``).
+
+    A *tenant* is an object key's ``cache_salt`` (``""`` is a tenant too). Each tenant has one
+    *current* key version, used for new frames, and may hold older versions that still decrypt.
+    Versions are integers in ``[0, 2**32 - 1]``.
+
+    Implementations must be thread-safe and fast after warm-up: ``current_version`` is called for
+    every frame written (the serde caches derived keys, not versions). Errors are ``ValueError``s
+    (``UnknownTenantError``, ``UnknownKeyVersionError``) that never contain key material, and
+    ``repr`` must not reveal it either.
+    """
+
+    @abstractmethod
+    def current_version(self, tenant: str) -> int:
+        """The key version new frames of ``tenant`` are written with."""
+
+    @abstractmethod
+    def root_secret(self, tenant: str, version: int) -> bytes:
+        """The root secret of ``tenant`` at ``version`` (at least 16 bytes)."""
+
+    def describe(self) -> str:
+        """A one-line, secret-free description for reprs and logs."""
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.describe()}>"

@@ -1,0 +1,231 @@
+"""The keyring file format: per-tenant root secrets with versions.
+
+A keyring is a UTF-8 JSON file::
+
+    {
+      "lmserde_aesgcm_keyring": 1,
+      "tenants": {
+        "":      {"current": 1, "keys": {"1": "<base64>"}},
+        "alice": {"current": 2, "keys": {"1": "<base64>", "2": "<base64>"}}
+      }
+    }
+
+``tenants`` maps a tenant (a ``cache_salt``; ``""`` is the requests without one) to its
+``current`` version (what new frames use) and its ``keys``: decimal version numbers in
+``[0, 2**32 - 1]`` mapped to standard base64 of a root secret of at least 16 bytes. Older
+versions stay listed so that frames written with them still decrypt. Version 0 is the version the
+``hkdf`` provider writes: a keyring whose tenants hold the old master key as version 0 reads
+everything that provider wrote. Error messages name the file, tenant and version but never print
+key material.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from lmserde_aesgcm.errors import KeyringError, UnknownKeyVersionError, UnknownTenantError
+from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
+from lmserde_aesgcm.key_file import MIN_MASTER_KEY_BYTES
+
+__all__ = ["KEYRING_FORMAT_VERSION", "TenantKeys", "Keyring", "parse_keyring", "check_tenant_name"]
+
+KEYRING_FORMAT_VERSION = 1
+_FORMAT_FIELD = "lmserde_aesgcm_keyring"
+_MAX_TENANT_LEN = 128
+_FORBIDDEN_TENANT_CHARS = "@/\\\x00"
+
+
+def check_tenant_name(tenant: str, *, where: str = "") -> None:
+    """``KeyringError`` unless ``tenant`` is a possible ``cache_salt``."""
+    if not isinstance(tenant, str):
+        raise KeyringError(f"{where}tenant names must be strings, got {type(tenant).__name__}")
+    if len(tenant) > _MAX_TENANT_LEN or any(c in tenant for c in _FORBIDDEN_TENANT_CHARS):
+        raise KeyringError(
+            f"{where}tenant {tenant!r} can never match a cache_salt (at most {_MAX_TENANT_LEN} "
+            "characters, no '@', '/', '\\' or NUL)"
+        )
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    """One tenant's root secrets by version, and the version new frames use."""
+
+    current: int
+    secrets: Mapping[int, bytes] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "secrets", MappingProxyType(dict(self.secrets)))
+
+    def __repr__(self) -> str:
+        return f"TenantKeys(current={self.current}, versions={sorted(self.secrets)})"
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """An immutable keyring: tenant -> :class:`TenantKeys`."""
+
+    tenants: Mapping[str, TenantKeys] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
+
+    def __repr__(self) -> str:
+        return f"Keyring(tenants={len(self.tenants)})"
+
+    def tenant(self, tenant: str) -> TenantKeys:
+        """The keys of ``tenant``; ``UnknownTenantError`` if the keyring has none."""
+        try:
+            return self.tenants[tenant]
+        except KeyError:
+            raise UnknownTenantError(
+                f"the keyring holds no key for tenant {tenant!r} (cache_salt); it knows "
+                f"{len(self.tenants)} tenant(s). Add one with `lmserde keygen --keyring FILE "
+                f"--tenant {tenant!r}`."
+            ) from None
+
+    def secret(self, tenant: str, version: int) -> bytes:
+        """The root secret of ``tenant`` at ``version``; ``UnknownKeyVersionError`` if absent."""
+        keys = self.tenant(tenant)
+        try:
+            return keys.secrets[version]
+        except KeyError:
+            known = ", ".join(str(v) for v in sorted(keys.secrets))
+            raise UnknownKeyVersionError(
+                f"the keyring holds no key version {version} for tenant {tenant!r} "
+                f"(known versions: {known}); the frame was written with a key that has been "
+                "removed or not yet distributed to this server"
+            ) from None
+
+    def with_new_version(self, tenant: str, secret: bytes, *, activate: bool = True) -> Keyring:
+        """A copy with ``secret`` added as ``tenant``'s next version (made current if
+        ``activate``; a new tenant's first version is always current)."""
+        check_tenant_name(tenant)
+        _check_secret(secret, where=f"tenant {tenant!r}: ")
+        old = self.tenants.get(tenant)
+        if old is None:
+            updated = TenantKeys(current=1, secrets={1: bytes(secret)})
+        else:
+            version = max(old.secrets) + 1
+            if version > MAX_KEY_VERSION:
+                raise KeyringError(f"tenant {tenant!r} has run out of key versions")
+            secrets = dict(old.secrets)
+            secrets[version] = bytes(secret)
+            updated = TenantKeys(current=version if activate else old.current, secrets=secrets)
+        tenants = dict(self.tenants)
+        tenants[tenant] = updated
+        return Keyring(tenants)
+
+    def with_current(self, tenant: str, version: int) -> Keyring:
+        """A copy whose ``tenant`` writes new frames with the existing ``version``."""
+        keys = self.tenant(tenant)
+        self.secret(tenant, version)
+        tenants = dict(self.tenants)
+        tenants[tenant] = TenantKeys(current=version, secrets=keys.secrets)
+        return Keyring(tenants)
+
+    def dumps(self) -> bytes:
+        """The keyring as file contents (UTF-8 JSON)."""
+        doc: dict[str, Any] = {
+            _FORMAT_FIELD: KEYRING_FORMAT_VERSION,
+            "tenants": {
+                name: {
+                    "current": keys.current,
+                    "keys": {
+                        str(v): base64.b64encode(keys.secrets[v]).decode("ascii")
+                        for v in sorted(keys.secrets)
+                    },
+                }
+                for name, keys in sorted(self.tenants.items())
+            },
+        }
+        return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def _check_secret(secret: bytes, *, where: str) -> None:
+    if len(secret) < MIN_MASTER_KEY_BYTES:
+        raise KeyringError(
+            f"{where}root secrets must be at least {MIN_MASTER_KEY_BYTES} bytes, "
+            f"got {len(secret)}"
+        )
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in result:
+            raise KeyringError(f"duplicate JSON member {name!r}")
+        result[name] = value
+    return result
+
+
+def _parse_version(text: Any, *, where: str) -> int:
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
+        raise KeyringError(f"{where}key versions must be decimal strings, got {text!r}")
+    version = int(text)
+    if not 0 <= version <= MAX_KEY_VERSION or str(version) != text:
+        raise KeyringError(
+            f"{where}key version {text!r} must be a canonical integer in [0, {MAX_KEY_VERSION}]"
+        )
+    return version
+
+
+def _parse_tenant(name: str, entry: Any, *, where: str) -> TenantKeys:
+    if not isinstance(entry, dict) or set(entry) != {"current", "keys"}:
+        raise KeyringError(
+            f"{where}each tenant must be an object with exactly 'current' and 'keys'"
+        )
+    keys = entry["keys"]
+    if not isinstance(keys, dict) or not keys:
+        raise KeyringError(f"{where}'keys' must be a non-empty object of version -> base64 secret")
+    secrets: dict[int, bytes] = {}
+    for text, encoded in keys.items():
+        version = _parse_version(text, where=where)
+        if not isinstance(encoded, str):
+            raise KeyringError(f"{where}key version {version} must be a base64 string")
+        try:
+            secret = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise KeyringError(f"{where}key version {version} is not valid base64") from None
+        _check_secret(secret, where=f"{where}key version {version}: ")
+        secrets[version] = secret
+    current = entry["current"]
+    if isinstance(current, bool) or not isinstance(current, int) or current not in secrets:
+        known = ", ".join(str(v) for v in sorted(secrets))
+        raise KeyringError(
+            f"{where}'current' must be one of the listed versions ({known}), got {current!r}"
+        )
+    return TenantKeys(current=current, secrets=secrets)
+
+
+def parse_keyring(data: bytes, *, source: str = "keyring") -> Keyring:
+    """Parse keyring file contents; ``KeyringError`` naming ``source`` for anything malformed."""
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except KeyringError as exc:
+        raise KeyringError(f"keyring {source}: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # The position is safe to report; the text around it could be a secret.
+        pos = getattr(exc, "pos", None) or getattr(exc, "start", "?")
+        raise KeyringError(f"keyring {source}: not UTF-8 JSON (error at byte/char {pos})") from None
+    if not isinstance(doc, dict) or doc.get(_FORMAT_FIELD) != KEYRING_FORMAT_VERSION:
+        raise KeyringError(
+            f"keyring {source}: expected a JSON object with "
+            f"\"{_FORMAT_FIELD}\": {KEYRING_FORMAT_VERSION}"
+        )
+    if set(doc) != {_FORMAT_FIELD, "tenants"} or not isinstance(doc["tenants"], dict):
+        raise KeyringError(
+            f"keyring {source}: expected exactly the members '{_FORMAT_FIELD}' and 'tenants' "
+            "(an object of tenant -> keys)"
+        )
+    tenants: dict[str, TenantKeys] = {}
+    for name, entry in doc["tenants"].items():
+        where = f"keyring {source}: tenant {name!r}: "
+        check_tenant_name(name, where=f"keyring {source}: ")
+        tenants[name] = _parse_tenant(name, entry, where=where)
+    return Keyring(tenants)

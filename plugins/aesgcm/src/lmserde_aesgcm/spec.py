@@ -1,0 +1,136 @@
+"""The ``aesgcm`` serde as published in the ``lmcache.serde`` group: options and factory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lmserde import (
+    AsyncSerdeProcessor,
+    SerdeOption,
+    SerdeSizeContract,
+    SerdeSpec,
+    max_workers_option,
+)
+
+from lmserde_aesgcm.cipher_cache import CipherCache
+from lmserde_aesgcm.errors import KeyProviderError
+from lmserde_aesgcm.hkdf_provider import HkdfKeyProvider
+from lmserde_aesgcm.key_provider import KeyProvider
+from lmserde_aesgcm.keyring_provider import KeyringKeyProvider
+from lmserde_aesgcm.provider_hooks import resolve_key_provider
+from lmserde_aesgcm.serde import (
+    DEFAULT_FRAME_VERSION,
+    AesGcmDeserializer,
+    AesGcmSerializer,
+)
+
+__all__ = ["SERDE_TYPE", "OPTIONS", "AESGCM_SPEC", "build_key_provider", "create_aesgcm_processor"]
+
+SERDE_TYPE = "aesgcm"
+
+
+def _check_aes_bits(value: int) -> None:
+    if value not in (128, 256):
+        raise ValueError(f"aes_bits must be one of (128, 256), got {value}")
+
+
+def _check_frame_version(value: int) -> None:
+    if value not in (1, 2):
+        raise ValueError(
+            f"frame_version must be 1 (LMCache-compatible) or 2 (bound to the object key), "
+            f"got {value}"
+        )
+
+
+def _check_provider_name(value: str) -> None:
+    if not value.strip():
+        raise ValueError("key_provider must be a non-empty provider name (e.g. 'hkdf')")
+
+
+def _check_provider_options(value: Any) -> None:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValueError(
+            f"key_provider_options must be a mapping of option name -> value, got "
+            f"{type(value).__name__}"
+        )
+
+
+OPTIONS: tuple[SerdeOption, ...] = (
+    SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
+                check=_check_aes_bits),
+    SerdeOption("key_provider", str, "hkdf",
+                "'hkdf' (one master key file), 'keyring' (per-tenant versioned keys) or a name a "
+                "hook plugin provides", check=_check_provider_name),
+    SerdeOption("master_key_path", str, "",
+                "hkdf: file holding the raw master key (>= 16 bytes, owner-only permissions)"),
+    SerdeOption("keyring_path", str, "",
+                "keyring: JSON keyring file (owner-only permissions)"),
+    SerdeOption("key_provider_options", object, {},
+                "options passed to a hook plugin's key provider", check=_check_provider_options),
+    SerdeOption("allow_insecure_key_permissions", bool, False,
+                "accept key files that group or others may read (not recommended)"),
+    SerdeOption("frame_version", int, DEFAULT_FRAME_VERSION,
+                "frame version written: 2 (default, bound to the object key) or 1 (readable by "
+                "LMCache); both are always read", check=_check_frame_version),
+    max_workers_option(1),
+)
+
+
+def _refuse_unused(opts: Mapping[str, Any], provider: str, *names: str) -> None:
+    for name in names:
+        if opts.get(name):
+            raise KeyProviderError(
+                f"aesgcm serde: option '{name}' is not used by key_provider '{provider}'; "
+                "remove it (or pick the provider it belongs to)"
+            )
+
+
+def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
+    """The key provider that validated options ``opts`` select."""
+    name = str(opts.get("key_provider", "hkdf"))
+    insecure = bool(opts.get("allow_insecure_key_permissions", False))
+    if name == "hkdf":
+        _refuse_unused(opts, name, "keyring_path", "key_provider_options")
+        path = str(opts.get("master_key_path", ""))
+        if not path:
+            raise KeyProviderError(
+                "aesgcm serde 'hkdf' requires 'master_key_path' (create a key with "
+                "`lmserde keygen PATH`)"
+            )
+        return HkdfKeyProvider.from_file(path, allow_insecure_permissions=insecure)
+    if name == "keyring":
+        _refuse_unused(opts, name, "master_key_path", "key_provider_options")
+        path = str(opts.get("keyring_path", ""))
+        if not path:
+            raise KeyProviderError(
+                "aesgcm serde 'keyring' requires 'keyring_path' (create one with "
+                "`lmserde keygen --keyring PATH --tenant NAME`)"
+            )
+        return KeyringKeyProvider.from_file(path, allow_insecure_permissions=insecure)
+    _refuse_unused(opts, name, "master_key_path", "keyring_path")
+    return resolve_key_provider(name, opts.get("key_provider_options") or {})
+
+
+def create_aesgcm_processor(opts: dict[str, Any]) -> AsyncSerdeProcessor:
+    """Factory: build the processor from validated options (see :data:`OPTIONS`)."""
+    aes_bits = int(opts.get("aes_bits", 128))
+    _check_aes_bits(aes_bits)
+    frame_version = int(opts.get("frame_version", DEFAULT_FRAME_VERSION))
+    _check_frame_version(frame_version)
+    ciphers = CipherCache(build_key_provider(opts))
+    serializer = AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version)
+    deserializer = AesGcmDeserializer(ciphers, aes_bits=aes_bits)
+    return AsyncSerdeProcessor(
+        serializer, deserializer, int(opts.get("max_workers", 1)), serde_type=SERDE_TYPE
+    )
+
+
+AESGCM_SPEC = SerdeSpec(
+    factory=create_aesgcm_processor,
+    description="AES-GCM encryption at rest; frame v2 binds each frame to its object key, "
+    "v1 is LMCache's frame",
+    options=OPTIONS,
+    size_contract=SerdeSizeContract.EXACT,
+    lossy=False,
+)
