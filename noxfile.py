@@ -88,7 +88,7 @@ def tests(session: nox.Session) -> None:
         for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
             if dep not in packages:
                 packages.append(dep)
-    _install(session, packages, [*TEST_EXTRAS, "rich>=13", "matplotlib>=3.7"])
+    _install(session, packages, [*TEST_EXTRAS, "rich>=13", "matplotlib>=3.7", "safetensors>=0.4"])
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests"]))
 
 

@@ -1,0 +1,108 @@
+"""The bench's results: one :class:`SerdeResult` per serde, a :class:`BenchReport` per run, and their
+JSON form (``lmserde bench --json``; every field is documented in ``docs/bench.md``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lmserde.bench.quality import QualityMetrics
+
+__all__ = ["SerdeResult", "BenchReport", "Recommendation", "JSON_SCHEMA_VERSION", "to_jsonable"]
+
+#: Bumped when a JSON field changes meaning or disappears.
+JSON_SCHEMA_VERSION = 1
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_SKIPPED = "skipped"
+
+
+@dataclass
+class SerdeResult:
+    """What the bench measured for one serde configuration.
+
+    Sizes are per chunk (mean over chunks); throughputs are GB/s (1e9 B/s) of raw KV bytes,
+    medians over ``codec_rounds`` timed rounds; latencies are per chunk in milliseconds (median
+    of every chunk of every repeat). ``status`` is ``ok``, ``error`` (it failed; ``error`` says
+    why) or ``skipped`` (it cannot run in this bench; ``error`` says why). ``warnings`` are the
+    distinct Python warnings raised while it ran.
+    """
+
+    label: str
+    config: Any
+    status: str = STATUS_OK
+    error: str | None = None
+    lossy: bool | None = None
+    size_contract: str | None = None
+    chunk_form: str | None = None
+    raw_bytes_per_chunk: int = 0
+    stored_bytes_per_chunk: float = 0.0
+    compression_ratio: float = 0.0
+    encode_gbps: float = 0.0
+    decode_gbps: float = 0.0
+    encode_ms_per_chunk: float = 0.0
+    decode_ms_per_chunk: float = 0.0
+    codec_rounds: int = 0
+    store_ms_p50: float = 0.0
+    load_ms_p50: float = 0.0
+    wrapper_stage_ms_p50: dict[str, float] = field(default_factory=dict)
+    quality: QualityMetrics | None = None
+    acceptable: bool = False
+    break_even_gbps: float | None = None
+    tier_load_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The serde to use on one tier (``serde`` is ``None``: store raw bytes, no serde)."""
+
+    tier: str
+    gbps: float
+    serde: str | None
+    load_ms: float
+    raw_load_ms: float
+    speedup_vs_raw: float
+    text: str
+
+
+@dataclass
+class BenchReport:
+    """A whole run: data source, settings, per-serde results, recommendations and notes."""
+
+    lmserde_version: str
+    source: dict[str, Any]
+    settings: dict[str, Any]
+    machine: dict[str, Any]
+    tiers: list[dict[str, Any]]
+    results: list[SerdeResult]
+    recommendations: list[Recommendation]
+    notes: list[str]
+    elapsed_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: non-finite floats become ``null``."""
+        data = {"schema_version": JSON_SCHEMA_VERSION, **asdict(self)}
+        for row, result in zip(data["results"], self.results):
+            row["ok"] = result.ok
+            if result.quality is not None:
+                row["quality"]["bit_exact"] = result.quality.bit_exact
+        return to_jsonable(data)
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by ``None`` (JSON has no NaN or infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value

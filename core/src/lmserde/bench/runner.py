@@ -1,0 +1,297 @@
+"""The bench runner: every selected serde through the codec timing, the real data path and the
+quality metrics, then break-even bandwidths and per-tier recommendations."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmserde._version import __version__
+from lmserde.base import SerdeConfig, SerdeProcessor
+from lmserde.bench.adapter_choice import DEFAULT_ADAPTER, complete_adapter_spec, validate_adapter_spec
+from lmserde.bench.breakeven import DEFAULT_TIERS, GB, Tier, break_even_bandwidth, load_seconds
+from lmserde.bench.chunk_objects import ChunkForm, chunk_form, make_object
+from lmserde.bench.chunk_source import ChunkSource
+from lmserde.bench.codec_timing import measure_codec
+from lmserde.bench.data_path import BENCH_MODEL_NAME, run_data_path
+from lmserde.bench.diagnostics import capture_diagnostics
+from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
+from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
+from lmserde.bench.progress import NullProgress, Progress
+from lmserde.bench.quality import ChunkReference, QualityAccumulator
+from lmserde.bench.recommend import (
+    DEFAULT_MAX_ATTN_ERROR,
+    DEFAULT_MAX_OUTPUT_ERROR,
+    is_acceptable,
+    recommend,
+)
+from lmserde.bench.report import STATUS_ERROR, STATUS_SKIPPED, BenchReport, SerdeResult
+from lmserde.bench.run_defaults import (
+    DEFAULT_CHUNKS,
+    DEFAULT_LAYERS,
+    DEFAULT_QUERIES,
+    DEFAULT_REPEAT,
+    DEFAULT_WORKERS,
+)
+from lmserde.bench.serde_selection import (
+    BenchInputError,
+    BenchSerde,
+    RunContext,
+    SerdeConfigValue,
+    complete_config,
+    default_serdes,
+    label_for,
+    unique_labels,
+    validate_serde_config,
+)
+from lmserde.keys import ObjectKey
+from lmserde.memory import TensorMemoryObj
+from lmserde.registry import get_serde_spec
+
+__all__ = ["BenchOptions", "run_bench"]
+
+
+_THROWAWAY = "<throwaway key>"
+_NOTES_PER_SERDE = 3
+
+
+@dataclass
+class BenchOptions:
+    """Everything a run needs. ``serdes=None`` runs every installed serde (:func:`default_serdes`);
+    ``layers=None`` uses every layer; ``adapter=None`` uses ``fs`` in a temporary directory."""
+
+    serdes: list[SerdeConfigValue] | None = None
+    model: str = DEFAULT_MODEL
+    kv_file: str | None = None
+    chunks: int = DEFAULT_CHUNKS
+    repeat: int = DEFAULT_REPEAT
+    workers: int = DEFAULT_WORKERS
+    seed: int = 0
+    layers: int | None = DEFAULT_LAYERS
+    tokens: int | None = None
+    adapter: dict[str, Any] | None = None
+    tiers: Sequence[Tier] = DEFAULT_TIERS
+    max_attn_error: float = DEFAULT_MAX_ATTN_ERROR
+    max_output_error: float = DEFAULT_MAX_OUTPUT_ERROR
+    lossless_only: bool = False
+    queries: int = DEFAULT_QUERIES
+    timeout: float = DEFAULT_TIMEOUT_S
+
+    def validate(self) -> None:
+        """:class:`BenchInputError` for any invalid setting (serde and adapter specs included)."""
+        for name in ("chunks", "repeat", "workers", "queries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BenchInputError(f"--{name} must be a positive integer, got {value!r}")
+        for name in ("layers", "tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise BenchInputError(f"--{name} must be a positive integer, got {value!r}")
+        for name in ("max_attn_error", "max_output_error"):
+            if not getattr(self, name) >= 0:
+                raise BenchInputError(f"--{name.replace('_', '-')} must be >= 0, got "
+                                      f"{getattr(self, name)!r}")
+        if self.kv_file is None:
+            try:
+                get_model_shape(self.model)
+            except ValueError as exc:
+                raise BenchInputError(f"--model: {exc}") from None
+        for config in self.serdes or ():
+            validate_serde_config(config)
+        validate_adapter_spec(self.adapter if self.adapter is not None else DEFAULT_ADAPTER)
+
+
+def _machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(terse=True)}
+
+
+def _public_config(config: SerdeConfigValue, workdir: Path) -> SerdeConfigValue:
+    """``config`` as shown to users: a throwaway key path becomes ``<throwaway key>``."""
+    def clean(stage: dict[str, Any]) -> dict[str, Any]:
+        path = stage.get("master_key_path")
+        if isinstance(path, str) and path.startswith(str(workdir)):
+            return {**stage, "master_key_path": _THROWAWAY}
+        return dict(stage)
+
+    return [clean(s) for s in config] if isinstance(config, list) else clean(config)
+
+
+def _stages(config: SerdeConfigValue) -> list[dict[str, Any]]:
+    return list(config) if isinstance(config, list) else [config]
+
+
+def _build_processor(config: SerdeConfigValue) -> tuple[SerdeProcessor, str]:
+    from lmserde.l2 import create_serde_for_config
+
+    configs = [SerdeConfig(s["type"], {k: v for k, v in s.items() if k != "type"})
+               for s in _stages(config)]
+    processor, _serde_type, contract = create_serde_for_config(
+        configs if len(configs) > 1 else configs[0])
+    return processor, contract.value
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _check_slots(processor: SerdeProcessor, form: ChunkForm) -> str | None:
+    """Why the wrapper cannot store whole chunks with this serde, or ``None``."""
+    if form is not ChunkForm.KV_GROUPS:
+        return None
+    mapping = processor.input_slot_mapping() or (0, 1)
+    if sorted(g for g in mapping if g is not None) != [0, 1]:
+        return (f"input slots {tuple(mapping)} do not cover both K and V: a split-tier serde "
+                "(the K group stays in L1), which the bench's whole-chunk data path cannot run")
+    return None
+
+
+def _measure(
+    bench_serde: BenchSerde, ctx: RunContext, refs: list[ChunkReference], opts: BenchOptions,
+    adapter_spec: dict[str, Any], progress: Progress, mute_logs: bool,
+) -> SerdeResult:
+    chunks = [ref.chunk for ref in refs]
+    config = complete_config(bench_serde.config, ctx)
+    result = SerdeResult(bench_serde.label, _public_config(config, ctx.workdir))
+    steps = 2 * opts.repeat + 2 * len(chunks) * opts.repeat + 1
+    progress.begin(bench_serde.label, steps)
+    with capture_diagnostics(mute=mute_logs) as diagnostics:
+        try:
+            _run_serde(result, config, refs, opts, adapter_spec, progress)
+        finally:
+            progress.end()
+    result.warnings = diagnostics
+    return result
+
+
+def _run_serde(
+    result: SerdeResult, config: SerdeConfigValue, refs: list[ChunkReference], opts: BenchOptions,
+    adapter_spec: dict[str, Any], progress: Progress,
+) -> None:
+    """Measure one serde into ``result`` (status ``error``/``skipped`` with the reason if needed)."""
+    chunks = [ref.chunk for ref in refs]
+    try:
+        result.lossy = any(get_serde_spec(s["type"]).lossy for s in _stages(config))
+        processor, result.size_contract = _build_processor(config)
+        try:
+            form = chunk_form(processor)
+            result.chunk_form = form.value
+            why_not = _check_slots(processor, form)
+            if why_not is not None:
+                result.status, result.error = STATUS_SKIPPED, why_not
+                return
+            sources = [make_object(c, form) for c in chunks]
+            outputs = [TensorMemoryObj.allocate(s.get_layout(), zero=True) for s in sources]
+            keys = [ObjectKey(ObjectKey.IntHash2Bytes(i), BENCH_MODEL_NAME, 0)
+                    for i in range(len(chunks))]
+            timing = measure_codec(processor, form, sources, outputs, keys, opts.repeat,
+                                   on_step=progress.advance, timeout=opts.timeout)
+        finally:
+            processor.close()
+        path = run_data_path(adapter_spec, config, chunks, form, opts.repeat,
+                             on_step=progress.advance, timeout=opts.timeout)
+        quality = QualityAccumulator(seed=opts.seed, queries=opts.queries)
+        for ref, (k, v) in zip(refs, path.decoded):
+            quality.add(ref, k, v)
+        progress.advance()
+    except Exception as exc:  # one failing serde never stops the run
+        result.status = STATUS_ERROR
+        result.error = f"{type(exc).__name__}: {exc}"
+        return
+    raw = chunks[0].nbytes
+    n = len(chunks)
+    encode_s, decode_s = _median(timing.encode_seconds), _median(timing.decode_seconds)
+    result.raw_bytes_per_chunk = raw
+    result.stored_bytes_per_chunk = sum(path.stored_bytes) / n
+    result.compression_ratio = raw / result.stored_bytes_per_chunk if result.stored_bytes_per_chunk else 0.0
+    result.encode_gbps = n * raw / encode_s / GB if encode_s else 0.0
+    result.decode_gbps = n * raw / decode_s / GB if decode_s else 0.0
+    result.encode_ms_per_chunk = encode_s / n * 1e3
+    result.decode_ms_per_chunk = decode_s / n * 1e3
+    result.codec_rounds = len(timing.encode_seconds)
+    result.store_ms_p50 = _median(path.store_seconds) * 1e3
+    result.load_ms_p50 = _median(path.load_seconds) * 1e3
+    result.wrapper_stage_ms_p50 = {k: v * 1e3 for k, v in path.stage_p50_seconds.items()}
+    result.quality = quality.result()
+    result.acceptable = is_acceptable(result, max_attn_error=opts.max_attn_error,
+                                      lossless_only=opts.lossless_only,
+                                      max_output_error=opts.max_output_error)
+    result.break_even_gbps = break_even_bandwidth(
+        raw, result.stored_bytes_per_chunk, decode_s / n) / GB
+    result.tier_load_ms = {
+        t.name: load_seconds(result.stored_bytes_per_chunk, decode_s / n, t.bytes_per_second) * 1e3
+        for t in opts.tiers
+    }
+
+
+def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
+              mute_logs: bool = False) -> BenchReport:
+    """Run the bench; :class:`BenchInputError` for invalid options (nothing has run then).
+
+    Warnings and WARNING+ log records raised while a serde runs go to its ``warnings`` (and the
+    report's notes); with ``mute_logs`` they are also kept off the console meanwhile.
+    """
+    started = time.perf_counter()
+    progress = progress or NullProgress()
+    opts.validate()
+    source = ChunkSource(opts.kv_file, model=opts.model, seed=opts.seed, chunks=opts.chunks,
+                         layers=opts.layers, tokens=opts.tokens)
+    notes = list(source.notes)
+    if opts.serdes is None:
+        selected, skipped_notes = default_serdes()
+        notes.extend(skipped_notes)
+    else:
+        selected = [BenchSerde(label_for(c), c) for c in opts.serdes]
+    selected = unique_labels(selected)
+    chunks = source.chunks
+    desc = source.description
+    if source.reduced:
+        notes.append(
+            f"each chunk holds {desc['layers_per_chunk']} of the {source.total_layers} layers "
+            f"(layers {', '.join(map(str, desc['layer_ids']))}): bytes and times per chunk scale "
+            f"with the layer count (a full chunk is {desc['full_chunk_bytes'] / 2**20:.1f} MiB); "
+            "use --layers all for full chunks"
+        )
+    with tempfile.TemporaryDirectory(prefix="lmserde-bench-") as tmp:
+        workdir = Path(tmp)
+        adapter_spec = complete_adapter_spec(opts.adapter or DEFAULT_ADAPTER, workdir)
+        ctx = RunContext(workdir=workdir, head_dim=chunks[0].head_dim, workers=opts.workers,
+                         reduced_layers=source.reduced)
+        refs = [ChunkReference(c, seed=opts.seed, queries=opts.queries) for c in chunks]
+        results = [_measure(s, ctx, refs, opts, adapter_spec, progress, mute_logs)
+                   for s in selected]
+        notes.extend(ctx.notes)
+        for r in results:
+            notes.extend(f"{r.label}: {w}" for w in r.warnings[:_NOTES_PER_SERDE])
+            if len(r.warnings) > _NOTES_PER_SERDE:
+                notes.append(f"{r.label}: ... and {len(r.warnings) - _NOTES_PER_SERDE} more "
+                             "warnings (see its 'warnings' in --json)")
+    shown_adapter = dict(opts.adapter or DEFAULT_ADAPTER)
+    if "base_path" in adapter_spec and "base_path" not in shown_adapter:
+        shown_adapter["base_path"] = "<temporary directory>"
+    settings = {
+        "chunks": len(chunks), "repeat": opts.repeat, "workers": opts.workers, "seed": opts.seed,
+        "adapter": shown_adapter, "queries_per_head": opts.queries,
+        "max_attn_error": opts.max_attn_error, "max_output_error": opts.max_output_error,
+        "lossless_only": opts.lossless_only,
+    }
+    tiers = [{"name": t.name, "gbps": t.gbps, "description": t.description} for t in opts.tiers]
+    recommendations = recommend(results, opts.tiers, max_attn_error=opts.max_attn_error,
+                                lossless_only=opts.lossless_only,
+                                max_output_error=opts.max_output_error)
+    return BenchReport(
+        lmserde_version=__version__, source=desc, settings=settings, machine=_machine(),
+        tiers=tiers, results=results, recommendations=recommendations, notes=notes,
+        elapsed_seconds=time.perf_counter() - started,
+    )
+
