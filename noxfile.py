@@ -6,6 +6,7 @@
     nox -s lint             ruff + the check that plugins import only the public lmserde API
     nox -s docs             docs link check
     nox -s bench            every benchmark script (ratios against memcpy / baselines)
+    nox -s interop          plugins against the real lmcache==0.5.6 package (run by CI)
 
 Venvs are reused: a stamp of the package definitions decides whether anything is reinstalled, and
 torch is pinned to 2.13.0 through constraints.txt, so no CUDA build is ever downloaded.
@@ -24,8 +25,27 @@ CONSTRAINTS = str(ROOT / "constraints.txt")
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
 TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy"]
 
+#: What lmcache 0.5.6's serde package, serde wrapper, fs adapter and L1 manager import on a
+#: CPU-only machine; its own dependency list pulls CUDA packages, so the wheel goes in --no-deps.
+LMCACHE_CPU_DEPS = [
+    "cryptography", "sortedcontainers", "numpy<=2.2.6", "numba",
+    "prometheus_client>=0.18.0,<=0.24.1", "py-cpuinfo", "psutil", "aiohttp", "requests",
+    "cachetools", "pyyaml", "aiofiles",
+]
+
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+
+
+def _workspace_packages() -> list[Path]:
+    """Core and every plugin, each after the in-repo packages it depends on."""
+    dirs = _package_dirs()
+    packages = [ROOT / "core"]
+    for name in PLUGINS:
+        for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
+            if dep not in packages:
+                packages.append(dep)
+    return packages
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -82,12 +102,7 @@ def _install(session: nox.Session, packages: list[Path], extras: list[str]) -> N
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Core and every plugin installed together; the whole test suite."""
-    dirs = _package_dirs()
-    packages = [ROOT / "core"]
-    for name in PLUGINS:
-        for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
-            if dep not in packages:
-                packages.append(dep)
+    packages = _workspace_packages()
     _install(session, packages, [*TEST_EXTRAS, "rich>=13", "matplotlib>=3.7", "safetensors>=0.4"])
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests"]))
 
@@ -110,6 +125,14 @@ def plugin(session: nox.Session, name: str) -> None:
 
 
 @nox.session(python="3.11")
+def interop(session: nox.Session) -> None:
+    """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper."""
+    _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS])
+    session.install("--no-deps", "lmcache==0.5.6")
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/interop"]))
+
+
+@nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff, and plugins import only public lmserde names."""
     session.install("ruff>=0.5")
@@ -126,12 +149,7 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Run every benchmark script; each prints ratios against memcpy or a same-run baseline."""
-    dirs = _package_dirs()
-    packages = [ROOT / "core"]
-    for name in PLUGINS:
-        for dep in [*_local_dependencies(ROOT / "plugins" / name, dirs), ROOT / "plugins" / name]:
-            if dep not in packages:
-                packages.append(dep)
+    packages = _workspace_packages()
     _install(session, packages, ["rich>=13", "numpy"])
     scripts = session.posargs or [str(p) for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))]
     for script in scripts:

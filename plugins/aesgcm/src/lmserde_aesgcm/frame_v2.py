@@ -167,11 +167,11 @@ def associated_data(header: bytes, key: ObjectKeyLike) -> bytes:
     return b"".join(
         (
             header,
-            _length_prefixed(key.model_name.encode("utf-8")),
+            _length_prefixed(key.model_name.encode("utf-8", "surrogatepass")),
             rank,
             group,
             _length_prefixed(bytes(key.chunk_hash)),
-            _length_prefixed(key.cache_salt.encode("utf-8")),
+            _length_prefixed(key.cache_salt.encode("utf-8", "surrogatepass")),
         )
     )
 

@@ -26,6 +26,8 @@ def derive_key(root_secret: bytes, tenant: str, key_len: int) -> bytes:
         algorithm=hashes.SHA256(),
         length=key_len,
         salt=None,
-        info=INFO_PREFIX + tenant.encode("utf-8"),
+        # same bytes as strict UTF-8 (LMCache) for every valid string; lone surrogates, which
+        # ObjectKey admits, still derive a distinct key instead of crashing
+        info=INFO_PREFIX + tenant.encode("utf-8", "surrogatepass"),
     )
     return hkdf.derive(root_secret)
