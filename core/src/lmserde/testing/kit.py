@@ -89,6 +89,13 @@ def wait_for_result(proc: SerdeProcessor, task_id: int, *, serialize: bool) -> b
             consume_fd(fd)  # the signal coalesces; results stay until queried
 
 
+def _as_float(group: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A group's bytes as float32 values (copied first: a misaligned group has no typed view)."""
+    if group.numel() == 0:
+        return torch.empty(0)
+    return group.clone().view(dtype).float()
+
+
 def _key(i: int) -> ObjectKey:
     return ObjectKey(ObjectKey.IntHash2Bytes(1000 + i) * 4, "conformance/model", 0x01010101,
                      0, "tenant-a")
@@ -181,8 +188,8 @@ class _ConformanceBase:
                 assert torch.equal(a, b), f"group {g} of {layout} did not round-trip exactly"
                 continue
             dtype = layout.dtypes[g]
-            x = a.view(dtype).float() if a.numel() else a.float()
-            y = b.view(dtype).float() if b.numel() else b.float()
+            x = _as_float(a, dtype)
+            y = _as_float(b, dtype)
             if x.numel() == 0:
                 continue
             denom = torch.linalg.vector_norm(x).item()
@@ -415,7 +422,7 @@ class MultiSerdeConformance(_ConformanceBase):
                 assert torch.equal(a, b), f"slot {slot} (group {g}) did not round-trip exactly"
                 continue
             dtype = layout.dtypes[g]
-            x, y = a.view(dtype).float(), b.view(dtype).float()
+            x, y = _as_float(a, dtype), _as_float(b, dtype)
             denom = torch.linalg.vector_norm(x).item()
             err = torch.linalg.vector_norm(x - y).item() / (denom if denom > 0 else 1.0)
             assert err <= self.max_relative_error, (

@@ -1,0 +1,1028 @@
+/*
+ * lmserde_fp8._fastcodec: fp8 encode/decode kernels.
+ *
+ * Contract (pinned; identical on every path, see docs/plugins/fp8.md "Range behaviour"):
+ *   encode: round to nearest, ties to even, exactly like torch 2.13's CPU cast. Finite values beyond
+ *           the range: float8_e4m3fn saturates to +-448 (also +-inf); float8_e5m2 rounds to +-inf
+ *           (IEEE overflow) unless a scale is given, in which case values are clamped to +-57344.
+ *           NaN -> 0x7F | sign.  With a scale, x is divided by (float)scale in float32 first.
+ *   decode: the exact fp8 value in the destination dtype; NaN codes give torch 2.13's NaN bit patterns.
+ *           With a scale, the float32 value is multiplied by (float)scale and rounded to the
+ *           destination (to-nearest-even; a NaN becomes 0xFFFF in bfloat16, as torch 2.13 does).
+ *
+ * Two implementations: a portable scalar one and an AVX2/F16C one selected at run time. Both run
+ * with the default floating-point environment (round to nearest, no flush-to-zero) and release the
+ * GIL. Callers pass raw addresses; the Python layer (lmserde_fp8.kernel) validates sizes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "fp8 kernels need single-precision float evaluation (FLT_EVAL_METHOD == 0)"
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(LMSERDE_FP8_PORTABLE_ONLY)
+#define FP8_HAVE_AVX2 1
+#include <immintrin.h>
+#define AVX2_FN __attribute__((target("avx2,f16c")))
+#else
+#define FP8_HAVE_AVX2 0
+#endif
+
+enum { KIND_F32 = 0, KIND_BF16 = 1, KIND_F16 = 2 };
+enum { FP8_E4M3FN = 0, FP8_E5M2 = 1 };
+
+static inline uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline uint32_t msb_index(uint32_t m) { /* m in 1..7 */
+    return m >= 4 ? 2u : (m >= 2 ? 1u : 0u);
+}
+
+/* ------------------------------------------------------------------ float conversions (scalar) */
+
+static uint32_t f16_to_f32_bits(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1Fu) return sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u);
+    if (e == 0) return m ? sign | f32_bits((float)m * 0x1p-24f) : sign;
+    return sign | ((e + 112u) << 23) | (m << 13);
+}
+
+static uint16_t f32_to_f16_bits(uint32_t u) {
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to inf (65520 and up) */
+    if (a >= 0x38800000u)                                     /* fp16 normal (>= 2^-14) */
+        return (uint16_t)(sign | ((a - (112u << 23) + 0xFFFu + ((a >> 13) & 1u)) >> 13));
+    return (uint16_t)(sign | (f32_bits(bits_f32(a) + 0.5f) - 0x3F000000u));
+}
+
+static inline uint16_t f32_to_bf16_bits(uint32_t u) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFFu;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* ------------------------------------------------------------------ encode parameters */
+
+typedef struct {
+    uint32_t clamp;      /* |x| bits are clamped to this before rounding (NaN excluded) */
+    uint32_t min_normal; /* fp32 bits of the smallest fp8 normal magnitude */
+    uint32_t rebias;     /* exponent rebias plus the round-half-down bias, added mod 2^32 */
+    uint32_t magic;      /* fp32 bits of 2^(min subnormal exponent + 23) */
+} enc_params;
+
+static enc_params make_params(int fp8, int scaled) {
+    enc_params p;
+    if (fp8 == FP8_E4M3FN) {
+        p.clamp = 0x43E00000u;                           /* 448 */
+        p.min_normal = 121u << 23;                       /* 2^-6 */
+        p.rebias = (uint32_t)0 - (120u << 23) + 0x7FFFFu;
+        p.magic = 141u << 23;                            /* 2^14: grid 2^-9 */
+    } else {
+        p.clamp = scaled ? 0x47600000u /* 57344 */ : 0x47800000u /* 65536 -> inf */;
+        p.min_normal = 113u << 23;                       /* 2^-14 */
+        p.rebias = (uint32_t)0 - (112u << 23) + 0xFFFFFu;
+        p.magic = 134u << 23;                            /* 2^7: grid 2^-16 */
+    }
+    return p;
+}
+
+static inline uint8_t enc_one(uint32_t u, const enc_params *p, int shift) {
+    uint32_t sign = (u >> 24) & 0x80u;
+    uint32_t a = u & 0x7FFFFFFFu, r;
+    if (a > 0x7F800000u) return (uint8_t)(sign | 0x7Fu);
+    if (a > p->clamp) a = p->clamp;
+    if (a < p->min_normal)
+        r = f32_bits(bits_f32(a) + bits_f32(p->magic)) - p->magic;
+    else
+        r = (a + p->rebias + ((a >> shift) & 1u)) >> shift;
+    return (uint8_t)(r | sign);
+}
+
+static inline uint32_t load_bits(const unsigned char *src, int kind, size_t i) {
+    if (kind == KIND_F32) { uint32_t u; memcpy(&u, src + 4 * i, 4); return u; }
+    uint16_t h;
+    memcpy(&h, src + 2 * i, 2);
+    return kind == KIND_BF16 ? (uint32_t)h << 16 : f16_to_f32_bits(h);
+}
+
+static void enc_scalar(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
+                       const float *scale) {
+    enc_params p = make_params(fp8, scale != NULL);
+    int shift = fp8 == FP8_E4M3FN ? 20 : 21;
+    size_t i;
+    if (scale == NULL) {
+        for (i = 0; i < n; i++) dst[i] = enc_one(load_bits(src, kind, i), &p, shift);
+    } else {
+        float s = *scale;
+        for (i = 0; i < n; i++)
+            dst[i] = enc_one(f32_bits(bits_f32(load_bits(src, kind, i)) / s), &p, shift);
+    }
+}
+
+/* ------------------------------------------------------------------ decode tables (scalar) */
+
+static uint32_t dec_f32_bits(uint32_t c, int fp8) {
+    uint32_t s = (c & 0x80u) << 24, m = c & 0x7Fu, p;
+    if (fp8 == FP8_E4M3FN) {
+        if (m == 0x7Fu) return s | 0x7FF00000u;
+        if (m >= 8u) return s | ((m << 20) + (120u << 23));
+        if (m == 0) return s;
+        p = msb_index(m);
+        return s | ((p + 118u) << 23) | ((m ^ (1u << p)) << (23 - p));
+    }
+    if (m == 0x7Cu) return s | 0x7F800000u;
+    if (m > 0x7Cu) return s | 0x7FC00000u | ((m & 3u) << 21);
+    if (m >= 4u) return s | ((m << 21) + (112u << 23));
+    if (m == 0) return s;
+    p = msb_index(m);
+    return s | ((p + 111u) << 23) | ((m ^ (1u << p)) << (23 - p));
+}
+
+static uint16_t dec_f16_bits(uint32_t c, int fp8) {
+    uint32_t s = (c & 0x80u) << 8, m = c & 0x7Fu, p;
+    if (fp8 == FP8_E5M2) return (uint16_t)((c << 8) | (m > 0x7Cu ? 0x200u : 0u));
+    if (m == 0x7Fu) return (uint16_t)(s | 0x7F80u);
+    if (m >= 8u) return (uint16_t)(s | ((m << 7) + 0x2000u));
+    if (m == 0) return (uint16_t)s;
+    p = msb_index(m);
+    return (uint16_t)(s | ((p + 6u) << 10) | ((m ^ (1u << p)) << (10 - p)));
+}
+
+static uint16_t dec_bf16_bits(uint32_t c, int fp8) {
+    uint32_t s = (c & 0x80u) << 8, m = c & 0x7Fu, p;
+    if (fp8 == FP8_E4M3FN) {
+        if (m == 0x7Fu) return 0x7FC0u;
+        if (m >= 8u) return (uint16_t)(s | ((m << 4) + 0x3C00u));
+        if (m == 0) return (uint16_t)s;
+        p = msb_index(m);
+        return (uint16_t)(s | ((p + 118u) << 7) | ((m ^ (1u << p)) << (7 - p)));
+    }
+    if (m == 0x7Cu) return (uint16_t)(s | 0x7F80u);
+    if (m > 0x7Cu) return 0x7FC0u;
+    if (m >= 4u) return (uint16_t)(s | ((m << 5) + 0x3800u));
+    if (m == 0) return (uint16_t)s;
+    p = msb_index(m);
+    return (uint16_t)(s | ((p + 111u) << 7) | ((m ^ (1u << p)) << (7 - p)));
+}
+
+static uint32_t TAB_F32[2][256];
+static uint16_t TAB_16[2][3][256]; /* [fp8][KIND_BF16 or KIND_F16][code] */
+
+/*
+ * Nibble tables of the vector decoder, per fp8 format and 16-bit destination: for a normal code
+ * with high nibble h and low nibble l, out16 = sign | ((m << shift) + bias) (m = code & 0x7F) has
+ * high byte NIB_H[h] + NIB_L[l] and low byte NIB_LL[l]; subnormal codes take NIB_SH[l] | sign
+ * and NIB_SL[l].
+ */
+enum { NIB_H, NIB_L, NIB_LL, NIB_SH, NIB_SL, NIB_COUNT };
+static uint8_t NIBBLES[2][3][NIB_COUNT][16];
+
+static void dec_layout(int fp8, int kind16, int *shift, uint32_t *bias) {
+    int e4 = fp8 == FP8_E4M3FN, bf = kind16 == KIND_BF16;
+    *shift = e4 ? (bf ? 4 : 7) : (bf ? 5 : 8);
+    *bias = e4 ? (bf ? 0x3C00u : 0x2000u) : (bf ? 0x3800u : 0u);
+}
+
+static void init_tables(void) {
+    for (int f = 0; f < 2; f++)
+        for (uint32_t c = 0; c < 256; c++) {
+            TAB_F32[f][c] = dec_f32_bits(c, f);
+            TAB_16[f][KIND_BF16][c] = dec_bf16_bits(c, f);
+            TAB_16[f][KIND_F16][c] = dec_f16_bits(c, f);
+        }
+    for (int f = 0; f < 2; f++)
+        for (int kind16 = KIND_BF16; kind16 <= KIND_F16; kind16++) {
+            int shift;
+            uint32_t bias;
+            dec_layout(f, kind16, &shift, &bias);
+            uint8_t(*t)[16] = NIBBLES[f][kind16];
+            for (uint32_t j = 0; j < 16; j++) {
+                t[NIB_H][j] = (uint8_t)((j & 8 ? 0x80u : 0u) |
+                                        ((((j & 7u) << (shift - 4)) + (bias >> 8)) & 0x7Fu));
+                t[NIB_L][j] = (uint8_t)((j << shift) >> 8);
+                t[NIB_LL][j] = (uint8_t)((j << shift) & 0xFFu);
+                t[NIB_SH][j] = (uint8_t)(TAB_16[f][kind16][j] >> 8);
+                t[NIB_SL][j] = (uint8_t)(TAB_16[f][kind16][j] & 0xFFu);
+            }
+        }
+}
+
+static void dec_scalar(const uint8_t *src, int fp8, unsigned char *dst, int kind, size_t n,
+                       const float *scale) {
+    size_t i;
+    if (scale == NULL) {
+        if (kind == KIND_F32) {
+            for (i = 0; i < n; i++) memcpy(dst + 4 * i, &TAB_F32[fp8][src[i]], 4);
+        } else {
+            const uint16_t *t = TAB_16[fp8][kind];
+            for (i = 0; i < n; i++) memcpy(dst + 2 * i, &t[src[i]], 2);
+        }
+        return;
+    }
+    float s = *scale;
+    for (i = 0; i < n; i++) {
+        uint32_t u = f32_bits(bits_f32(TAB_F32[fp8][src[i]]) * s);
+        if (kind == KIND_F32) {
+            memcpy(dst + 4 * i, &u, 4);
+        } else {
+            uint16_t h = kind == KIND_BF16 ? f32_to_bf16_bits(u) : f32_to_f16_bits(u);
+            memcpy(dst + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ finite abs-max (scalar) */
+
+static float absmax_scalar(const unsigned char *src, int kind, size_t n) {
+    uint32_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = load_bits(src, kind, i) & 0x7FFFFFFFu;
+        if (a < 0x7F800000u && a > best) best = a;
+    }
+    return bits_f32(best);
+}
+
+/* ------------------------------------------------------------------ power-of-two scales */
+
+#define MIN_EXPONENT (-126)
+#define MAX_EXPONENT 126
+
+/* Smallest k with amax / 2^k <= the format's max (1.75 * 2^8 or 1.75 * 2^15), within
+ * [MIN_EXPONENT, cap]; 0 for amax == 0. amax: a finite float >= 0. */
+static int exponent_for(float amax, int fp8, int cap) {
+    uint32_t u = f32_bits(amax);
+    if (u == 0) return 0;
+    if ((u >> 23) == 0) return MIN_EXPONENT; /* subnormal amax: k would be far below -126 */
+    int e = (int)(u >> 23) - 127;
+    int k = e - (fp8 == FP8_E4M3FN ? 8 : 15) + ((u & 0x7FFFFFu) > 0x600000u ? 1 : 0);
+    if (k < MIN_EXPONENT) k = MIN_EXPONENT;
+    return k > cap ? cap : k;
+}
+
+static inline float pow2f(int k) { return bits_f32((uint32_t)(k + 127) << 23); }
+
+/* ------------------------------------------------------------------ AVX2 + F16C */
+#if FP8_HAVE_AVX2
+
+/* 1 if s is a power of two whose reciprocal is a normal float (then written to *recip) */
+static int pow2_reciprocal(float s, float *recip) {
+    uint32_t u = f32_bits(s), e = (u >> 23) & 0xFFu;
+    if ((u & 0x807FFFFFu) != 0 || e < 1 || e > 253) return 0;
+    *recip = bits_f32((254u - e) << 23);
+    return 1;
+}
+
+/*
+ * Encoding, vector form of enc_one. Magnitudes are rounded in integer lanes (normal range) or by a
+ * float32 magic add (subnormal range); sign and NaN are merged after packing to bytes: a signed
+ * saturating pack of the source keeps exactly its sign bit, and a pack of the NaN masks gives 0xFF.
+ */
+typedef struct {
+    __m256i absmask, inf, clamp, min_normal, rebias, one, magic_i, sign8, nan8;
+    __m256 magic;
+} enc_vconsts;
+
+AVX2_FN static inline enc_vconsts make_vconsts(int fp8, int scaled) {
+    enc_params p = make_params(fp8, scaled);
+    enc_vconsts k;
+    k.absmask = _mm256_set1_epi32(0x7FFFFFFF);
+    k.inf = _mm256_set1_epi32(0x7F800000);
+    k.clamp = _mm256_set1_epi32((int)p.clamp);
+    k.min_normal = _mm256_set1_epi32((int)p.min_normal);
+    k.rebias = _mm256_set1_epi32((int)p.rebias);
+    k.one = _mm256_set1_epi32(1);
+    k.magic_i = _mm256_set1_epi32((int)p.magic);
+    k.sign8 = _mm256_set1_epi8((char)0x80);
+    k.nan8 = _mm256_set1_epi8(0x7F);
+    k.magic = _mm256_castsi256_ps(k.magic_i);
+    return k;
+}
+
+/* |x| bits of 8 float32 lanes -> magnitude codes (NaN lanes give the clamp code) */
+AVX2_FN static inline __m256i mag8(__m256i a, const enc_vconsts *k, const int shift) {
+    __m256i ac = _mm256_min_epi32(a, k->clamp);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(ac, shift), k->one);
+    __m256i nrm = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(ac, k->rebias), lsb), shift);
+    __m256i sub = _mm256_sub_epi32(
+        _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(ac), k->magic)), k->magic_i);
+    return _mm256_blendv_epi8(nrm, sub, _mm256_cmpgt_epi32(k->min_normal, ac));
+}
+
+AVX2_FN static inline __m256 load8_as_f32(const unsigned char *src, int kind, size_t i) {
+    if (kind == KIND_F32) return _mm256_loadu_ps((const float *)(src + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(src + 2 * i));
+    if (kind == KIND_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* 32 float32 values (4 vectors, in order) -> 32 codes */
+AVX2_FN static inline __m256i enc32_f32(__m256 x0, __m256 x1, __m256 x2, __m256 x3,
+                                        const enc_vconsts *k, const int shift) {
+    __m256i u0 = _mm256_castps_si256(x0), u1 = _mm256_castps_si256(x1);
+    __m256i u2 = _mm256_castps_si256(x2), u3 = _mm256_castps_si256(x3);
+    __m256i a0 = _mm256_and_si256(u0, k->absmask), a1 = _mm256_and_si256(u1, k->absmask);
+    __m256i a2 = _mm256_and_si256(u2, k->absmask), a3 = _mm256_and_si256(u3, k->absmask);
+    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(mag8(a0, k, shift), mag8(a1, k, shift)),
+                                    _mm256_packus_epi32(mag8(a2, k, shift), mag8(a3, k, shift)));
+    __m256i sg = _mm256_packs_epi16(_mm256_packs_epi32(u0, u1), _mm256_packs_epi32(u2, u3));
+    __m256i nn = _mm256_packs_epi16(
+        _mm256_packs_epi32(_mm256_cmpgt_epi32(a0, k->inf), _mm256_cmpgt_epi32(a1, k->inf)),
+        _mm256_packs_epi32(_mm256_cmpgt_epi32(a2, k->inf), _mm256_cmpgt_epi32(a3, k->inf)));
+    b = _mm256_or_si256(b, _mm256_or_si256(_mm256_and_si256(sg, k->sign8), _mm256_and_si256(nn, k->nan8)));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/*
+ * Unscaled 16-bit sources are rounded in 16-bit lanes on their raw bits. The subnormal range goes
+ * through float32: bfloat16 bits are the top half of a float32; float16 bits shifted left by 13 are
+ * the float32 of x * 2^-112 (exact, also for float16 subnormals), rounded with a magic scaled alike.
+ */
+typedef struct {
+    __m256i absmask, nan_above, clamp, normal_above, rebias, one, magic_i, mask_a, sign8, nan8;
+    __m256 magic;
+} enc16_vconsts;
+
+AVX2_FN static inline enc16_vconsts make_enc16_vconsts(int fp8, int kind, int scaled) {
+    enc_params p = make_params(fp8, scaled);
+    enc16_vconsts k;
+    int bf = kind == KIND_BF16, e4 = fp8 == FP8_E4M3FN;
+    k.absmask = _mm256_set1_epi16(0x7FFF);
+    k.nan_above = _mm256_set1_epi16((short)(bf ? 0x7F80 : 0x7C00));
+    /* 448 or 65536 (bf16); 448 or inf (f16: every finite value rounds within the formula) */
+    k.clamp = _mm256_set1_epi16((short)(e4 ? (bf ? 0x43E0 : 0x5F00)
+                                           : (bf ? (scaled ? 0x4760 : 0x4780) : 0x7C00)));
+    /* largest bits below the smallest fp8 normal, 2^-6 (e4m3fn) or 2^-14 (e5m2) */
+    k.normal_above = _mm256_set1_epi16((short)((e4 ? (bf ? 0x3C80 : 0x2400) : (bf ? 0x3880 : 0x0400)) - 1));
+    k.rebias = _mm256_set1_epi16(
+        (short)(e4 ? (bf ? -0x3C00 + 0x7 : -0x2000 + 0x3F) : (bf ? -0x3800 + 0xF : 0x7F)));
+    k.one = _mm256_set1_epi16(1);
+    k.magic_i = _mm256_set1_epi32((int)(bf ? p.magic : p.magic - (112u << 23)));
+    k.magic = _mm256_castsi256_ps(k.magic_i);
+    k.mask_a = _mm256_set1_epi32((int)(bf ? 0xFFFF0000u : 0x0FFFE000u));
+    k.sign8 = _mm256_set1_epi8((char)0x80);
+    k.nan8 = _mm256_set1_epi8(0x7F);
+    return k;
+}
+
+/* |x| bits of 16 bfloat16/float16 lanes -> magnitude codes (NaN lanes give the clamp code) */
+AVX2_FN static inline __m256i mag16(__m256i a, const enc16_vconsts *k, const int kind,
+                                    const int shift, const int need_sub) {
+    __m256i ac = _mm256_min_epu16(a, k->clamp); /* unsigned: scaled bits may saturate */
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi16(ac, shift), k->one);
+    __m256i r = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(ac, k->rebias), lsb), shift);
+    if (need_sub) {
+        __m256i even, odd;
+        if (kind == KIND_BF16) {
+            even = _mm256_slli_epi32(ac, 16);
+            odd = _mm256_and_si256(ac, k->mask_a);
+        } else {
+            even = _mm256_and_si256(_mm256_slli_epi32(ac, 13), k->mask_a);
+            odd = _mm256_and_si256(_mm256_srli_epi32(ac, 3), k->mask_a);
+        }
+        /* the magic has a zero low half, so the low 16 bits of each sum are the code */
+        even = _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(even), k->magic));
+        odd = _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(odd), k->magic));
+        __m256i sub = _mm256_blend_epi16(even, _mm256_slli_epi32(odd, 16), 0xAA);
+        r = _mm256_blendv_epi8(sub, r, _mm256_cmpgt_epi16(ac, k->normal_above));
+    }
+    return r;
+}
+
+AVX2_FN static size_t enc16_loop(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
+                                 const int shift, const int need_sub) {
+    enc16_vconsts k = make_enc16_vconsts(fp8, kind, 0);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
+        __m256i a0 = _mm256_and_si256(v0, k.absmask), a1 = _mm256_and_si256(v1, k.absmask);
+        __m256i b = _mm256_packus_epi16(mag16(a0, &k, kind, shift, need_sub),
+                                        mag16(a1, &k, kind, shift, need_sub));
+        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
+        __m256i nn = _mm256_and_si256(
+            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
+            k.nan8);
+        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+    }
+    return i;
+}
+
+/*
+ * bfloat16 divided by a power-of-two scale 2^k, in 16-bit lanes: x / 2^k is x with k taken off its
+ * exponent field, saturating at zero (magnitudes that fall below 2^-126 encode to 0 either way)
+ * and at 0xFFFF (clamped to the format's max). For k < 0, zeros and bfloat16 subnormals are
+ * masked to zero: times 2^-k they stay below 2^(-126-k), which rounds to 0 in fp8 as long as
+ * k >= -116 (e4m3fn) or -109 (e5m2). Smaller k (absurdly tiny data) is
+ * not handled here: the function then returns 0 and the caller takes the float32 path. Returns
+ * how many elements were done.
+ */
+AVX2_FN static inline size_t enc16_pow2_bf16(const enc16_vconsts *kc, const unsigned char *src,
+                                             uint8_t *dst, size_t n, int kexp, const int shift,
+                                             int fp8) {
+    if (kexp < (fp8 == FP8_E4M3FN ? -116 : -109)) return 0;
+    const enc16_vconsts k = *kc;
+    const __m256i kbits = _mm256_set1_epi16((short)((kexp < 0 ? -kexp : kexp) << 7));
+    const __m256i smallest_normal = _mm256_set1_epi16(0x7F);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
+        __m256i a0 = _mm256_and_si256(v0, k.absmask), a1 = _mm256_and_si256(v1, k.absmask);
+        __m256i s0, s1;
+        if (kexp >= 0) {
+            s0 = _mm256_subs_epu16(a0, kbits);
+            s1 = _mm256_subs_epu16(a1, kbits);
+        } else {
+            s0 = _mm256_and_si256(_mm256_adds_epu16(a0, kbits), _mm256_cmpgt_epi16(a0, smallest_normal));
+            s1 = _mm256_and_si256(_mm256_adds_epu16(a1, kbits), _mm256_cmpgt_epi16(a1, smallest_normal));
+        }
+        __m256i b = _mm256_packus_epi16(mag16(s0, &k, KIND_BF16, shift, 1),
+                                        mag16(s1, &k, KIND_BF16, shift, 1));
+        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
+        __m256i nn = _mm256_and_si256(
+            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
+            k.nan8);
+        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+    }
+    return i;
+}
+
+AVX2_FN static size_t enc16_avx2(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8) {
+    if (kind == KIND_BF16)
+        return fp8 == FP8_E4M3FN ? enc16_loop(src, KIND_BF16, dst, n, fp8, 4, 1)
+                                 : enc16_loop(src, KIND_BF16, dst, n, fp8, 5, 1);
+    return fp8 == FP8_E4M3FN ? enc16_loop(src, KIND_F16, dst, n, fp8, 7, 1)
+                             : enc16_loop(src, KIND_F16, dst, n, fp8, 8, 0);
+}
+
+AVX2_FN static void enc_avx2_shift(const unsigned char *src, int kind, uint8_t *dst, size_t n,
+                                   int fp8, const float *scale, const int shift) {
+    enc_vconsts k = make_vconsts(fp8, scale != NULL);
+    float recip = 1.0f;
+    /* x / 2^k and x * 2^-k are the same correctly rounded value: multiply when exact */
+    const int use_mul = scale != NULL && pow2_reciprocal(*scale, &recip);
+    const int use_div = scale != NULL && !use_mul;
+    __m256 sv = _mm256_set1_ps(use_mul ? recip : (scale ? *scale : 1.0f));
+    size_t i = 0;
+    if (kind != KIND_F32 && scale == NULL) {
+        i = enc16_avx2(src, kind, dst, n, fp8);
+    } else {
+        if (kind == KIND_BF16 && use_mul) {
+            enc16_vconsts k16 = make_enc16_vconsts(fp8, KIND_BF16, 1);
+            i = enc16_pow2_bf16(&k16, src, dst, n, (int)((f32_bits(*scale) >> 23) & 0xFFu) - 127,
+                                fp8 == FP8_E4M3FN ? 4 : 5, fp8);
+        }
+        for (; i + 32 <= n; i += 32) {
+            __m256 x0 = load8_as_f32(src, kind, i), x1 = load8_as_f32(src, kind, i + 8);
+            __m256 x2 = load8_as_f32(src, kind, i + 16), x3 = load8_as_f32(src, kind, i + 24);
+            if (use_mul) {
+                x0 = _mm256_mul_ps(x0, sv);
+                x1 = _mm256_mul_ps(x1, sv);
+                x2 = _mm256_mul_ps(x2, sv);
+                x3 = _mm256_mul_ps(x3, sv);
+            } else if (use_div) {
+                x0 = _mm256_div_ps(x0, sv);
+                x1 = _mm256_div_ps(x1, sv);
+                x2 = _mm256_div_ps(x2, sv);
+                x3 = _mm256_div_ps(x3, sv);
+            }
+            _mm256_storeu_si256((__m256i *)(dst + i), enc32_f32(x0, x1, x2, x3, &k, shift));
+        }
+    }
+    if (i < n) enc_scalar(src + i * (kind == KIND_F32 ? 4 : 2), kind, dst + i, n - i, fp8, scale);
+}
+
+AVX2_FN static void enc_avx2(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
+                             const float *scale) {
+    if (fp8 == FP8_E4M3FN)
+        enc_avx2_shift(src, kind, dst, n, fp8, scale, 20);
+    else
+        enc_avx2_shift(src, kind, dst, n, fp8, scale, 21);
+}
+
+AVX2_FN static float absmax_avx2(const unsigned char *src, int kind, size_t n);
+
+/* Rows of bfloat16 divided by 2^k[r] (the exponents as in py_encode_pow2): the constants are
+ * built once for all rows, which matters for short token rows. */
+AVX2_FN static void enc_rows_pow2_bf16(const unsigned char *src, uint8_t *dst, size_t rows,
+                                       size_t len, int fp8, int8_t *exps, int cap) {
+    enc16_vconsts k16 = make_enc16_vconsts(fp8, KIND_BF16, 1);
+    const int shift = fp8 == FP8_E4M3FN ? 4 : 5;
+    for (size_t r = 0; r < rows; r++) {
+        const unsigned char *s = src + 2 * r * len;
+        uint8_t *d = dst + r * len;
+        int kexp = cap >= 0 ? exponent_for(absmax_avx2(s, KIND_BF16, len), fp8, cap) : exps[r];
+        if (cap >= 0) exps[r] = (int8_t)kexp;
+        size_t i = enc16_pow2_bf16(&k16, s, d, len, kexp, shift, fp8);
+        if (i < len) {
+            float scale = pow2f(kexp);
+            enc_avx2(s + 2 * i, KIND_BF16, d + i, len - i, fp8, &scale);
+        }
+    }
+}
+
+/*
+ * Decoding to 16-bit floats works on 32 codes at a time, one byte per code: with h the high nibble
+ * and l the low nibble of a code, a normal value's high byte is NIB_H[h] + NIB_L[l], its low byte
+ * NIB_LL[l]; subnormal codes take both bytes from l-indexed tables plus the sign. Blocks holding
+ * inf/NaN codes (rare) are decoded by the scalar tables.
+ */
+typedef struct {
+    __m256i th, tl, tll, tsh, tsl, lo4, expmask, m7f, specthr, sign8, zero;
+} dec_vconsts;
+
+AVX2_FN static inline __m256i tbl16(const uint8_t *b) {
+    __m128i t;
+    memcpy(&t, b, 16);
+    return _mm256_broadcastsi128_si256(t);
+}
+
+AVX2_FN static inline dec_vconsts make_dec_vconsts(int fp8, int kind16) {
+    dec_vconsts k;
+    uint8_t(*t)[16] = NIBBLES[fp8][kind16];
+    k.th = tbl16(t[NIB_H]);
+    k.tl = tbl16(t[NIB_L]);
+    k.tll = tbl16(t[NIB_LL]);
+    k.tsh = tbl16(t[NIB_SH]);
+    k.tsl = tbl16(t[NIB_SL]);
+    k.lo4 = _mm256_set1_epi8(0x0F);
+    k.expmask = _mm256_set1_epi8((char)(fp8 == FP8_E4M3FN ? 0x78 : 0x7C));
+    k.m7f = _mm256_set1_epi8(0x7F);
+    k.specthr = _mm256_set1_epi8((char)(fp8 == FP8_E4M3FN ? 0x7E : 0x7B));
+    k.sign8 = _mm256_set1_epi8((char)0x80);
+    k.zero = _mm256_setzero_si256();
+    return k;
+}
+
+/* 32 codes -> 32 16-bit values in *o0 (codes 0-15) and *o1 (16-31); 0 if the block has inf/NaN */
+AVX2_FN static inline int dec32(__m256i c, const dec_vconsts *k, const int shift, __m256i *o0,
+                                __m256i *o1) {
+    __m256i spec = _mm256_cmpgt_epi8(_mm256_and_si256(c, k->m7f), k->specthr);
+    if (!_mm256_testz_si256(spec, spec)) return 0;
+    c = _mm256_permute4x64_epi64(c, 0xD8); /* so that the byte unpacks come out in order */
+    if (shift == 8) {                      /* e5m2 -> float16: the code is the high byte */
+        *o0 = _mm256_unpacklo_epi8(k->zero, c);
+        *o1 = _mm256_unpackhi_epi8(k->zero, c);
+        return 1;
+    }
+    __m256i l = _mm256_and_si256(c, k->lo4);
+    __m256i h = _mm256_and_si256(_mm256_srli_epi16(c, 4), k->lo4);
+    __m256i hi = _mm256_shuffle_epi8(k->th, h);
+    if (shift != 4) hi = _mm256_add_epi8(hi, _mm256_shuffle_epi8(k->tl, l));
+    __m256i lo = _mm256_shuffle_epi8(k->tll, l);
+    __m256i sub = _mm256_cmpeq_epi8(_mm256_and_si256(c, k->expmask), k->zero);
+    __m256i shi = _mm256_or_si256(_mm256_shuffle_epi8(k->tsh, l), _mm256_and_si256(c, k->sign8));
+    hi = _mm256_blendv_epi8(hi, shi, sub);
+    lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(k->tsl, l), sub);
+    *o0 = _mm256_unpacklo_epi8(lo, hi);
+    *o1 = _mm256_unpackhi_epi8(lo, hi);
+    return 1;
+}
+
+AVX2_FN static inline __m256i bf16_round_8(__m256 f) { /* 8 floats -> bf16 bits in 32-bit lanes */
+    __m256i u = _mm256_castps_si256(f);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+    return _mm256_or_si256(r, _mm256_srli_epi32(nan, 16));
+}
+
+/* 16 float16 values -> 16 outputs of `kind`, times the scale when one is given */
+AVX2_FN static inline void emit16_from_f16(__m256i h, unsigned char *dst, int kind, int scaled,
+                                           __m256 sv) {
+    __m256 f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    __m256 f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if (scaled) {
+        f0 = _mm256_mul_ps(f0, sv);
+        f1 = _mm256_mul_ps(f1, sv);
+    }
+    if (kind == KIND_F32) {
+        _mm256_storeu_ps((float *)dst, f0);
+        _mm256_storeu_ps((float *)(dst + 32), f1);
+    } else if (kind == KIND_F16) {
+        _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(f0, _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(dst + 16), _mm256_cvtps_ph(f1, _MM_FROUND_TO_NEAREST_INT));
+    } else {
+        __m256i p = _mm256_packus_epi32(bf16_round_8(f0), bf16_round_8(f1));
+        _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(p, 0xD8));
+    }
+}
+
+/*
+ * kind16: the 16-bit format decoded first (bfloat16 straight to a bfloat16 destination, float16
+ * otherwise: it holds every fp8 value exactly and converts to float32 in hardware). direct: the
+ * destination is kind16 itself; a scale is then a power of two 2^exp_add whose products stay
+ * normal, applied by adding to the exponent field of the nonzero values. Otherwise the values go
+ * through float32 (times the scale, if any).
+ */
+AVX2_FN static void dec_avx2_shift(const uint8_t *src, int fp8, unsigned char *dst, int kind,
+                                   size_t n, const float *scale, const int kind16, const int shift,
+                                   const int direct, int exp_add) {
+    dec_vconsts k = make_dec_vconsts(fp8, kind16);
+    const size_t es = kind == KIND_F32 ? 4 : 2;
+    const __m256i ebits = _mm256_set1_epi16((short)(exp_add * 128)), mag = _mm256_set1_epi16(0x7FFF);
+    __m256 sv = _mm256_set1_ps(scale ? *scale : 1.0f);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0, h1;
+        unsigned char *d = dst + i * es;
+        if (!dec32(_mm256_loadu_si256((const __m256i *)(src + i)), &k, shift, &h0, &h1)) {
+            dec_scalar(src + i, fp8, d, kind, 32, scale);
+        } else if (direct) {
+            if (exp_add) {
+                h0 = _mm256_add_epi16(h0, _mm256_andnot_si256(
+                    _mm256_cmpeq_epi16(_mm256_and_si256(h0, mag), k.zero), ebits));
+                h1 = _mm256_add_epi16(h1, _mm256_andnot_si256(
+                    _mm256_cmpeq_epi16(_mm256_and_si256(h1, mag), k.zero), ebits));
+            }
+            _mm256_storeu_si256((__m256i *)d, h0);
+            _mm256_storeu_si256((__m256i *)(d + 32), h1);
+        } else {
+            emit16_from_f16(h0, d, kind, scale != NULL, sv);
+            emit16_from_f16(h1, d + 16 * es, kind, scale != NULL, sv);
+        }
+    }
+    if (i < n) dec_scalar(src + i, fp8, dst + i * es, kind, n - i, scale);
+}
+
+/* 1 when *scale is a power of two 2^k whose products with every finite fp8 value are normal,
+ * finite bfloat16 values (k then written to *kexp); 0 otherwise. */
+static int bf16_exp_add(const float *scale, int fp8, int *kexp) {
+    float recip;
+    if (scale == NULL || !pow2_reciprocal(*scale, &recip)) return 0;
+    int k = (int)((f32_bits(*scale) >> 23) & 0xFFu) - 127;
+    int lo = fp8 == FP8_E4M3FN ? -117 : -110, hi = fp8 == FP8_E4M3FN ? 119 : 112;
+    if (k < lo || k > hi) return 0;
+    *kexp = k;
+    return 1;
+}
+
+AVX2_FN static void dec_avx2(const uint8_t *src, int fp8, unsigned char *dst, int kind, size_t n,
+                             const float *scale) {
+    int kexp = 0;
+    const int f16_direct = kind == KIND_F16 && scale == NULL;
+    if (kind == KIND_BF16 && (scale == NULL || bf16_exp_add(scale, fp8, &kexp))) {
+        if (fp8 == FP8_E4M3FN)
+            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 4, 1, kexp);
+        else
+            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 5, 1, kexp);
+    } else if (fp8 == FP8_E4M3FN) {
+        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 7, f16_direct, 0);
+    } else {
+        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 8, f16_direct, 0);
+    }
+}
+
+/* largest unsigned 16-bit lane / 32-bit lane of a vector */
+AVX2_FN static inline uint32_t hmax_epu16(__m256i v) {
+    __m128i m = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epu16(m, _mm_srli_si128(m, 8));
+    m = _mm_max_epu16(m, _mm_srli_si128(m, 4));
+    m = _mm_max_epu16(m, _mm_srli_si128(m, 2));
+    return (uint32_t)_mm_extract_epi16(m, 0);
+}
+
+AVX2_FN static inline uint32_t hmax_epu32(__m256i v) {
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epu32(m, _mm_srli_si128(m, 8));
+    m = _mm_max_epu32(m, _mm_srli_si128(m, 4));
+    return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+AVX2_FN static float absmax_avx2(const unsigned char *src, int kind, size_t n) {
+    size_t i = 0;
+    uint32_t best = 0;
+    if (kind == KIND_F32) {
+        const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+        for (; i + 16 <= n; i += 16) {
+            __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(src + 4 * i)), mask);
+            __m256i b = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(src + 4 * i + 32)), mask);
+            acc0 = _mm256_max_epi32(acc0, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
+            acc1 = _mm256_max_epi32(acc1, _mm256_and_si256(b, _mm256_cmpgt_epi32(inf, b)));
+        }
+        best = hmax_epu32(_mm256_max_epi32(acc0, acc1));
+    } else {
+        const __m256i mask = _mm256_set1_epi16(0x7FFF),
+                      inf = _mm256_set1_epi16((short)(kind == KIND_BF16 ? 0x7F80 : 0x7C00));
+        __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+        for (; i + 32 <= n; i += 32) {
+            __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(src + 2 * i)), mask);
+            __m256i b = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(src + 2 * i + 32)), mask);
+            acc0 = _mm256_max_epi16(acc0, _mm256_and_si256(a, _mm256_cmpgt_epi16(inf, a)));
+            acc1 = _mm256_max_epi16(acc1, _mm256_and_si256(b, _mm256_cmpgt_epi16(inf, b)));
+        }
+        uint32_t b16 = hmax_epu16(_mm256_max_epi16(acc0, acc1));
+        best = kind == KIND_BF16 ? b16 << 16 : f16_to_f32_bits((uint16_t)b16);
+    }
+    if (i < n) {
+        uint32_t rest = f32_bits(absmax_scalar(src + i * (kind == KIND_F32 ? 4 : 2), kind, n - i));
+        best = rest > best ? rest : best;
+    }
+    return bits_f32(best);
+}
+
+#endif /* FP8_HAVE_AVX2 */
+
+/* ------------------------------------------------------------------ dispatch */
+
+static int g_simd_level = 0; /* 0: portable scalar, 1: AVX2 + F16C */
+
+static int effective_level(int requested) { return requested < g_simd_level ? requested : g_simd_level; }
+
+typedef struct {
+    unsigned int csr;
+} fpenv;
+
+static inline void fpenv_enter(fpenv *e) {
+#if FP8_HAVE_AVX2
+    e->csr = _mm_getcsr();
+    _mm_setcsr(0x1F80u); /* all exceptions masked, round to nearest, no FTZ/DAZ */
+#else
+    (void)e;
+#endif
+}
+
+static inline void fpenv_leave(const fpenv *e) {
+#if FP8_HAVE_AVX2
+    _mm_setcsr(e->csr);
+#else
+    (void)e;
+#endif
+}
+
+static size_t elem_size(int kind) { return kind == KIND_F32 ? 4 : 2; }
+
+static int check_kinds(int kind, int fp8) {
+    if (kind < KIND_F32 || kind > KIND_F16 || (fp8 != FP8_E4M3FN && fp8 != FP8_E5M2)) {
+        PyErr_SetString(PyExc_ValueError, "unsupported float kind or fp8 kind");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_shape(Py_ssize_t n_rows, Py_ssize_t row_len) {
+    if (n_rows < 0 || row_len < 0) {
+        PyErr_SetString(PyExc_ValueError, "row count and row length must be >= 0");
+        return -1;
+    }
+    return 0;
+}
+
+static float row_absmax(const unsigned char *src, int kind, size_t n, int lv) {
+#if FP8_HAVE_AVX2
+    if (lv >= 1) return absmax_avx2(src, kind, n);
+#endif
+    (void)lv;
+    return absmax_scalar(src, kind, n);
+}
+
+static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
+                       const float *scale, int lv) {
+#if FP8_HAVE_AVX2
+    if (lv >= 1) {
+        enc_avx2(src, kind, dst, n, fp8, scale);
+        return;
+    }
+#endif
+    (void)lv;
+    enc_scalar(src, kind, dst, n, fp8, scale);
+}
+
+static void decode_row(const uint8_t *src, int fp8, unsigned char *dst, int kind, size_t n,
+                       const float *scale, int lv) {
+#if FP8_HAVE_AVX2
+    if (lv >= 1) {
+        dec_avx2(src, fp8, dst, kind, n, scale);
+        return;
+    }
+#endif
+    (void)lv;
+    dec_scalar(src, fp8, dst, kind, n, scale);
+}
+
+PyDoc_STRVAR(encode_doc,
+             "encode(src_addr, src_kind, dst_addr, n_rows, row_len, fp8_kind, scales_addr, level)\n"
+             "Encode n_rows*row_len floats (kind 0=f32, 1=bf16, 2=f16) to fp8 codes (0=e4m3fn, 1=e5m2).\n"
+             "scales_addr: 0 for no scale, else the address of n_rows float32 scales (one per row).");
+
+static PyObject *py_encode(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr, scales_addr;
+    int kind, fp8, level;
+    Py_ssize_t n_rows, row_len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKnniKi", &src_addr, &kind, &dst_addr, &n_rows, &row_len, &fp8,
+                          &scales_addr, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
+    const float *scales = (const float *)(uintptr_t)scales_addr;
+    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    if (scales == NULL) {
+        len = rows * len;
+        rows = len ? 1 : 0;
+    }
+    for (size_t r = 0; r < rows; r++)
+        encode_row(src + r * len * es, kind, dst + r * len, len, fp8, scales ? scales + r : NULL, lv);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decode_doc,
+             "decode(src_addr, fp8_kind, dst_addr, dst_kind, n_rows, row_len, scales_addr, level)\n"
+             "Decode n_rows*row_len fp8 codes to floats; scales_addr as for encode.");
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr, scales_addr;
+    int kind, fp8, level;
+    Py_ssize_t n_rows, row_len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
+                          &scales_addr, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
+    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
+    const float *scales = (const float *)(uintptr_t)scales_addr;
+    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    if (scales == NULL) {
+        len = rows * len;
+        rows = len ? 1 : 0;
+    }
+    for (size_t r = 0; r < rows; r++)
+        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scales ? scales + r : NULL, lv);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(absmax_doc,
+             "absmax(src_addr, src_kind, n_rows, row_len, out_addr, level)\n"
+             "Write the largest finite |x| of each row as float32 (0.0 for rows without one).");
+
+static PyObject *py_absmax(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, out_addr;
+    int kind, level;
+    Py_ssize_t n_rows, row_len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KinnKi", &src_addr, &kind, &n_rows, &row_len, &out_addr, &level))
+        return NULL;
+    if (check_kinds(kind, FP8_E4M3FN) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    float *out = (float *)(uintptr_t)out_addr;
+    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    for (size_t r = 0; r < rows; r++) {
+        float m = row_absmax(src + r * len * es, kind, len, lv);
+        memcpy(out + r, &m, 4);
+    }
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(encode_pow2_doc,
+             "encode_pow2(src_addr, src_kind, dst_addr, n_rows, row_len, fp8_kind, exps_addr, cap, level)\n"
+             "Encode each row divided by 2^k, k the row's int8 exponent at exps_addr. With cap >= 0,\n"
+             "k is first computed from the row's largest finite |x| (at most cap) and written there.");
+
+static PyObject *py_encode_pow2(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr, exps_addr;
+    int kind, fp8, cap, level;
+    Py_ssize_t n_rows, row_len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKnniKii", &src_addr, &kind, &dst_addr, &n_rows, &row_len, &fp8,
+                          &exps_addr, &cap, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
+    if (cap > MAX_EXPONENT) {
+        PyErr_SetString(PyExc_ValueError, "exponent cap must be <= 126");
+        return NULL;
+    }
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
+    int8_t *exps = (int8_t *)(uintptr_t)exps_addr;
+    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    int lv = effective_level(level), bad = 0;
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+#if FP8_HAVE_AVX2
+    if (lv >= 1 && kind == KIND_BF16) {
+        for (size_t r = 0; cap < 0 && r < rows; r++)
+            bad |= exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT;
+        if (!bad) enc_rows_pow2_bf16(src, dst, rows, len, fp8, exps, cap);
+        rows = 0;
+    }
+#endif
+    for (size_t r = 0; r < rows && !bad; r++) {
+        const unsigned char *s = src + r * len * es;
+        int k;
+        if (cap >= 0) {
+            k = exponent_for(row_absmax(s, kind, len, lv), fp8, cap);
+            exps[r] = (int8_t)k;
+        } else {
+            k = exps[r];
+            if (k < MIN_EXPONENT || k > MAX_EXPONENT) {
+                bad = 1;
+                break;
+            }
+        }
+        float scale = pow2f(k);
+        encode_row(s, kind, dst + r * len, len, fp8, &scale, lv);
+    }
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decode_pow2_doc,
+             "decode_pow2(src_addr, fp8_kind, dst_addr, dst_kind, n_rows, row_len, exps_addr, level)\n"
+             "Decode each row times 2^k, k the row's int8 exponent (checked: -126 <= k <= 126).");
+
+static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr, exps_addr;
+    int kind, fp8, level;
+    Py_ssize_t n_rows, row_len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
+                          &exps_addr, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
+    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
+    const int8_t *exps = (const int8_t *)(uintptr_t)exps_addr;
+    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    for (size_t r = 0; r < rows; r++) {
+        if (exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT) {
+            PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
+            return NULL;
+        }
+    }
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    for (size_t r = 0; r < rows; r++) {
+        float scale = pow2f(exps[r]);
+        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv);
+    }
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyLong_FromLong(g_simd_level);
+}
+
+static PyMethodDef methods[] = {
+    {"encode", py_encode, METH_VARARGS, encode_doc},
+    {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"absmax", py_absmax, METH_VARARGS, absmax_doc},
+    {"encode_pow2", py_encode_pow2, METH_VARARGS, encode_pow2_doc},
+    {"decode_pow2", py_decode_pow2, METH_VARARGS, decode_pow2_doc},
+    {"simd_level", py_simd_level, METH_NOARGS, "Highest kernel level this CPU runs (0 scalar, 1 AVX2)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "_fastcodec", "fp8 encode/decode kernels for lmserde_fp8.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastcodec(void) {
+    init_tables();
+#if FP8_HAVE_AVX2
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) g_simd_level = 1;
+#endif
+    return PyModule_Create(&moddef);
+}

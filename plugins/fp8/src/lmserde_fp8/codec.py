@@ -1,0 +1,262 @@
+"""fp8 encode/decode of float tensors: the public codec API and the backend dispatch.
+
+Three backends write identical bytes (tested): ``native`` (the C kernels at the best SIMD level this
+CPU runs), ``portable`` (the C kernels' scalar code) and ``torch`` (:mod:`lmserde_fp8.torch_codec`).
+``auto`` picks ``native`` for CPU tensors when the extension is available, else ``torch``.
+
+Range rules (pinned, identical on every backend and torch version):
+
+* no scale: exactly torch's cast ``x.to(fp8)`` for finite in-range values; ``float8_e4m3fn``
+  saturates larger finite values and +-inf to +-448, ``float8_e5m2`` rounds to +-inf from 61440 on
+  (and keeps +-inf); NaN becomes ``0x7F | sign``.
+* scale ``s``: ``clamp(x.float() / s, -max, max).to(fp8)``, the division in float32.
+* decode: ``codes.view(fp8).to(dtype)``, or ``(codes.view(fp8).float() * s).to(dtype)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from lmserde_fp8 import kernel, torch_codec
+from lmserde_fp8.float_buffer import FloatBuffer
+from lmserde_fp8.formats import FLOAT_KINDS, Fp8Format, float_kind, fp8_format
+from lmserde_fp8.scaling import MAX_EXPONENT, exponents_to_scales, scale_exponents
+
+__all__ = [
+    "Backend",
+    "quantize_into",
+    "dequantize_into",
+    "fast_path_available",
+    "encode",
+    "decode",
+    "encode_pow2",
+    "decode_pow2",
+    "row_absmax",
+]
+
+Backend = Literal["auto", "native", "portable", "torch"]
+
+
+def fast_path_available() -> bool:
+    """True when the native C kernels are built and enabled (see :mod:`lmserde_fp8.kernel`)."""
+    return kernel.fast_path_available()
+
+
+def _resolve(backend: Backend, *tensors: torch.Tensor) -> Backend:
+    if backend not in ("auto", "native", "portable", "torch"):
+        raise ValueError(f"unknown fp8 codec backend {backend!r}")
+    on_cpu = all(t.device.type == "cpu" for t in tensors)
+    if backend == "auto":
+        return "native" if on_cpu and kernel.fast_path_available() else "torch"
+    if backend != "torch":
+        if not on_cpu:
+            raise ValueError(f"the {backend} fp8 backend runs on CPU tensors only")
+        kernel.native_module()  # raises if not built
+    return backend
+
+
+def _level(backend: Backend) -> int:
+    return kernel.PORTABLE if backend == "portable" else kernel.BEST
+
+
+def _rows_of(numel: int, scales: torch.Tensor | None) -> tuple[int, int]:
+    if scales is None:
+        return (1, numel) if numel else (0, 0)
+    rows = scales.numel()
+    if scales.dtype != torch.float32 or scales.dim() != 1 or not scales.is_contiguous():
+        raise ValueError("scales must be a contiguous 1-D float32 tensor")
+    if scales.device.type != "cpu":
+        raise ValueError("scales must be a CPU tensor")
+    if rows and not bool((torch.isfinite(scales) & (scales > 0)).all()):
+        raise ValueError("scales must be positive and finite")
+    if rows == 0 or numel % rows:
+        if numel == 0:
+            return rows, 0
+        raise ValueError(f"{numel} values cannot be split into {rows} equal rows")
+    return rows, numel // rows
+
+
+def encode(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format,
+           scales: torch.Tensor | None = None, *, backend: Backend = "auto") -> None:
+    """Write the fp8 codes of ``src`` into the contiguous uint8 tensor ``out`` (``src.numel`` bytes).
+
+    ``scales``: ``None``, or a float32 tensor with one positive scale per row (``src`` split into
+    ``len(scales)`` equal rows).
+    """
+    n = src.numel
+    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
+        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    rows, row_len = _rows_of(n, scales)
+    if n == 0:
+        return
+    chosen = _resolve(backend, src.data, out)
+    if chosen == "torch":
+        torch_codec.encode(src.typed(), out, fmt, scales)
+        return
+    kernel.native_module().encode(
+        src.address(), float_kind(src.dtype), out.data_ptr(), rows, row_len, fmt.kernel_id,
+        0 if scales is None else scales.data_ptr(), _level(chosen),
+    )
+
+
+def decode(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format,
+           scales: torch.Tensor | None = None, *, backend: Backend = "auto") -> None:
+    """Write the values of the uint8 ``codes`` into ``dst`` (``dst.numel`` codes), then commit."""
+    n = dst.numel
+    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
+        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    rows, row_len = _rows_of(n, scales)
+    if n == 0:
+        return
+    chosen = _resolve(backend, codes, dst.data)
+    if chosen == "torch":
+        dst.store(torch_codec.decode(codes, fmt, dst.dtype, scales))
+    else:
+        kernel.native_module().decode(
+            codes.data_ptr(), fmt.kernel_id, dst.address(), float_kind(dst.dtype), rows, row_len,
+            0 if scales is None else scales.data_ptr(), _level(chosen),
+        )
+    dst.commit()
+
+
+def _check_exponents(exponents: torch.Tensor, numel: int) -> int:
+    if exponents.dtype != torch.int8 or exponents.dim() != 1 or not exponents.is_contiguous():
+        raise ValueError("exponents must be a contiguous 1-D int8 tensor")
+    rows = exponents.numel()
+    if (rows == 0 and numel) or (rows and numel % rows):
+        raise ValueError(f"{numel} values cannot be split into {rows} equal rows")
+    return rows
+
+
+def encode_pow2(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, exponents: torch.Tensor, *,
+                cap: int | None = None, backend: Backend = "auto") -> None:
+    """Encode ``src`` split into ``len(exponents)`` equal rows, row ``r`` divided by ``2**k[r]``.
+
+    With ``cap`` the exponents are first computed from each row's largest finite magnitude
+    (:func:`lmserde_fp8.scaling.scale_exponents`, at most ``cap``) and written to ``exponents``;
+    otherwise they are read from it (``ValueError`` if one is outside [-126, 126]).
+    """
+    n = src.numel
+    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
+        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    rows = _check_exponents(exponents, n)
+    if cap is not None and not 0 <= cap <= MAX_EXPONENT:
+        raise ValueError(f"exponent cap must be in [0, {MAX_EXPONENT}], got {cap}")
+    if n == 0:
+        return
+    chosen = _resolve(backend, src.data, out, exponents)
+    if chosen == "torch":
+        values = src.typed()
+        if cap is not None:
+            amax = torch_codec.row_absmax(values, rows)
+            exponents.copy_(scale_exponents(amax, fmt, cap).to(exponents.device))
+        torch_codec.encode(values, out, fmt, exponents_to_scales(exponents.cpu()))
+        return
+    kernel.native_module().encode_pow2(
+        src.address(), float_kind(src.dtype), out.data_ptr(), rows, n // rows, fmt.kernel_id,
+        exponents.data_ptr(), -1 if cap is None else cap, _level(chosen),
+    )
+
+
+def decode_pow2(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, exponents: torch.Tensor, *,
+                backend: Backend = "auto") -> None:
+    """Decode into ``dst`` split into ``len(exponents)`` equal rows, row ``r`` times ``2**k[r]``
+    (``ValueError`` if an exponent is outside [-126, 126])."""
+    n = dst.numel
+    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
+        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    rows = _check_exponents(exponents, n)
+    if n == 0:
+        return
+    chosen = _resolve(backend, codes, dst.data, exponents)
+    if chosen == "torch":
+        dst.store(torch_codec.decode(codes, fmt, dst.dtype, exponents_to_scales(exponents.cpu())))
+    else:
+        kernel.native_module().decode_pow2(
+            codes.data_ptr(), fmt.kernel_id, dst.address(), float_kind(dst.dtype), rows, n // rows,
+            exponents.data_ptr(), _level(chosen),
+        )
+    dst.commit()
+
+
+def row_absmax(src: FloatBuffer, rows: int, *, backend: Backend = "auto") -> torch.Tensor:
+    """Largest finite ``|x|`` of each of ``rows`` equal rows of ``src`` (0.0 if none), float32 CPU."""
+    n = src.numel
+    if rows < 0 or (rows and n % rows) or (rows == 0 and n):
+        raise ValueError(f"{n} values cannot be split into {rows} equal rows")
+    chosen = _resolve(backend, src.data)
+    if chosen == "torch" or rows == 0:
+        return torch_codec.row_absmax(src.typed(), rows)
+    out = torch.empty(rows, dtype=torch.float32)
+    kernel.native_module().absmax(src.address(), float_kind(src.dtype), rows, n // rows,
+                                  out.data_ptr(), _level(chosen))
+    return out
+
+
+# -- public tensor API ---------------------------------------------------------------------------
+
+
+def _check_float(t: torch.Tensor, role: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype not in FLOAT_KINDS:
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{role} must be a float32, bfloat16 or float16 tensor, got {got}")
+
+
+def _check_codes(t: torch.Tensor, n: int, role: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{role} must be a uint8 tensor, got {got}")
+    if t.numel() != n:
+        raise ValueError(f"{role} has {t.numel()} elements, expected {n}")
+
+
+def _scale_tensor(scale: float | None) -> torch.Tensor | None:
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a positive finite number or None, got {scale!r}")
+    as_f32 = torch.tensor([float(scale)], dtype=torch.float32)
+    value = float(as_f32.item())
+    if not (math.isfinite(value) and value > 0.0):
+        raise ValueError(
+            f"scale must be positive and finite in float32, got {scale!r} (float32 {value!r})"
+        )
+    return as_f32
+
+
+def quantize_into(src: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dtype, *,
+                  scale: float | None = None) -> None:
+    """Write the fp8 codes of ``src`` into ``out``.
+
+    ``src``: float32/bfloat16/float16 tensor of N elements, any shape and strides (read in
+    row-major order). ``out``: contiguous uint8 tensor of N elements. Without ``scale`` the bytes
+    are exactly ``src.to(fp8_dtype).view(torch.uint8)`` for finite in-range values (range rules in
+    the module docstring); with ``scale`` they are
+    ``torch.clamp(src.float() / scale, -fmax, fmax).to(fp8_dtype)`` (division in float32).
+    """
+    fmt = fp8_format(fp8_dtype)
+    _check_float(src, "src")
+    _check_codes(out, src.numel(), "out")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+    scales = _scale_tensor(scale)
+    encode(FloatBuffer.of_tensor(src), out.reshape(-1), fmt, scales if src.numel() else None)
+
+
+def dequantize_into(codes: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dtype, *,
+                    scale: float | None = None) -> None:
+    """Write the values of the fp8 ``codes`` into ``out``.
+
+    ``codes``: uint8 tensor of N elements. ``out``: float32/bfloat16/float16 tensor of N elements
+    (any strides). Writes ``codes.view(fp8_dtype).to(out.dtype)``, or with ``scale``
+    ``(codes.view(fp8_dtype).float() * scale).to(out.dtype)``.
+    """
+    fmt = fp8_format(fp8_dtype)
+    _check_float(out, "out")
+    _check_codes(codes, out.numel(), "codes")
+    scales = _scale_tensor(scale)
+    decode(codes.reshape(-1).contiguous(), FloatBuffer.of_tensor(out), fmt,
+           scales if out.numel() else None)
