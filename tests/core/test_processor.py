@@ -371,3 +371,27 @@ def test_single_tensor_processor_has_no_group_accessors(proc: AsyncSerdeProcesso
     assert proc.deserializer_group_size() is None
     assert proc.input_slot_mapping() is None
     assert proc.output_slot_mapping() is None
+
+
+def test_misaligned_group_views_complete_and_are_scrubbed_on_failure() -> None:
+    """A slot view of a misaligned group has no typed tensor; the task must still complete."""
+    layout = MemoryLayoutDesc([[3, 5, 7], [2, 9]], [torch.float16, torch.float32])
+    out = TensorMemoryObj.allocate(layout)
+    out.raw_data.fill_(0x77)
+    views = (GroupSlotView(out, 0), GroupSlotView(out, 1))
+    assert views[1].get_size() == 72 and views[1].group_bytes().numel() == 72
+    with AsyncSerdeProcessor(TwoSlotCopy(), TwoSlotCopyBack()) as p:
+        blob = TensorMemoryObj.from_tensor(torch.zeros(8, dtype=torch.uint8))  # far too short
+        task = p.submit_deserialize([blob], [views], [KEY])
+        assert wait_for_result(p, task, serialize=False) is False
+    assert int(out.raw_data[: layout.nbytes].count_nonzero()) == 0
+
+
+def test_a_task_completes_even_when_item_accounting_fails() -> None:
+    class NoSize:
+        def get_size(self) -> int:
+            raise RuntimeError("cannot size me")
+
+    with AsyncSerdeProcessor(RecordingSerializer(), RecordingDeserializer()) as p:
+        task = p.submit_serialize([NoSize()], [NoSize()], [KEY])
+        assert wait_for_result(p, task, serialize=True) is True

@@ -14,7 +14,7 @@ import torch
 
 from lmserde.base import Deserializer, Serializer
 from lmserde.keys import ObjectKey
-from lmserde.layout import MemoryLayoutDesc
+from lmserde.layout import MemoryLayoutDesc, group_nbytes
 from lmserde.memory import MemoryObj
 
 __all__ = [
@@ -179,6 +179,17 @@ class GroupSlotView:
 
     def get_dtypes(self) -> list[torch.dtype]:
         return [self.parent.get_dtypes()[self.index]]
+
+    def get_size(self) -> int:
+        """Bytes of the group."""
+        return group_nbytes(self.parent.get_shapes()[self.index],
+                            self.parent.get_dtypes()[self.index])
+
+    def group_bytes(self) -> torch.Tensor:
+        """Flat uint8 view of the group's bytes in the parent (works for misaligned groups)."""
+        layout = MemoryLayoutDesc(self.parent.get_shapes(), self.parent.get_dtypes())
+        start = layout.group_offsets()[self.index]
+        return self.parent.raw_data[start : start + layout.group_nbytes(self.index)]
 
     def __repr__(self) -> str:
         return f"GroupSlotView(group={self.index}, parent={self.parent!r})"

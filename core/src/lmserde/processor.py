@@ -15,7 +15,7 @@ from lmserde.completion_queue import CompletionQueue, TaskIdSource
 from lmserde.hooks import emit_serde_task_event
 from lmserde.keys import ObjectKey
 from lmserde.memory import as_byte_tensor
-from lmserde.multi import MultiDeserializer, MultiSerializer, check_group_size
+from lmserde.multi import GroupSlotView, MultiDeserializer, MultiSerializer, check_group_size
 from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
 
@@ -56,15 +56,19 @@ class ProcessorMetrics:
 
 
 def _logical_size(obj: Any) -> int:
+    """Bytes of a source/destination item, for metrics (0 when it cannot be told)."""
     if obj is None:
         return 0
     if isinstance(obj, tuple):
         return sum(_logical_size(o) for o in obj)
-    get_size = getattr(obj, "get_size", None)
-    if callable(get_size):
-        return int(get_size())
-    tensor = getattr(obj, "tensor", None)
-    return int(tensor.numel() * tensor.element_size()) if tensor is not None else 0
+    try:
+        get_size = getattr(obj, "get_size", None)
+        if callable(get_size):
+            return int(get_size())
+        tensor = getattr(obj, "tensor", None)
+        return int(tensor.numel() * tensor.element_size()) if tensor is not None else 0
+    except Exception:
+        return 0
 
 
 def _scrub(dst: Any) -> None:
@@ -73,7 +77,9 @@ def _scrub(dst: Any) -> None:
         if obj is None:
             continue
         try:
-            if hasattr(obj, "byte_array"):
+            if isinstance(obj, GroupSlotView):
+                obj.group_bytes().zero_()
+            elif hasattr(obj, "byte_array"):
                 as_byte_tensor(obj).zero_()
             elif getattr(obj, "tensor", None) is not None:
                 obj.tensor.zero_()
@@ -215,37 +221,46 @@ class AsyncSerdeProcessor(SerdeProcessor):
         start = time.perf_counter()
         errors: list[BaseException | None] = []
         bytes_in = bytes_out = 0
-        if not (len(srcs) == len(dsts) == len(keys)):
-            mismatch = ValueError(
-                f"{direction} task {task_id}: {len(srcs)} sources, {len(dsts)} destinations and "
-                f"{len(keys)} keys must be aligned"
-            )
-            _log.error("serde %s: %s", self.serde_type, mismatch)
-            errors = [mismatch] * max(len(srcs), len(dsts), len(keys), 1)
-        else:
+        try:
+            if not (len(srcs) == len(dsts) == len(keys)):
+                raise ValueError(
+                    f"{direction} task {task_id}: {len(srcs)} sources, {len(dsts)} destinations "
+                    f"and {len(keys)} keys must be aligned"
+                )
             for src, dst, key in zip(srcs, dsts, keys):
-                try:
-                    if direction == SERIALIZE:
-                        n = self._serializer.serialize(src, dst, key)
-                        if isinstance(n, int) and hasattr(dst, "set_used_size"):
-                            dst.set_used_size(n)
-                    else:
-                        self._deserializer.deserialize(src, dst, key)
-                except Exception as exc:
-                    _log.warning("serde %s: %s of item for key %r failed: %s: %s",
-                                 self.serde_type, direction, getattr(key, "chunk_hash", key),
-                                 type(exc).__name__, exc)
-                    if direction == DESERIALIZE:
-                        _scrub(dst)
-                    errors.append(exc)
-                    continue
-                errors.append(None)
-                bytes_in += _logical_size(src)
-                bytes_out += _logical_size(dst)
-        seconds = time.perf_counter() - start
-        outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
-        self._record(direction, task_id, outcome, bytes_in, bytes_out, seconds)
-        self._queues[direction].complete(task_id, outcome)
+                error = self._run_item(direction, src, dst, key)
+                errors.append(error)
+                if error is None:
+                    bytes_in += _logical_size(src)
+                    bytes_out += _logical_size(dst)
+        except Exception as exc:
+            _log.error("serde %s: %s task %d failed: %s: %s", self.serde_type, direction, task_id,
+                       type(exc).__name__, exc)
+            errors = [exc] * max(len(srcs), len(dsts), len(keys), 1)
+        finally:
+            seconds = time.perf_counter() - start
+            outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
+            try:
+                self._record(direction, task_id, outcome, bytes_in, bytes_out, seconds)
+            finally:
+                self._queues[direction].complete(task_id, outcome)
+
+    def _run_item(self, direction: str, src: Any, dst: Any, key: Any) -> BaseException | None:
+        """Run one item; its exception (if any) is returned, logged, and a failed destination zeroed."""
+        try:
+            if direction == SERIALIZE:
+                n = self._serializer.serialize(src, dst, key)
+                if isinstance(n, int) and hasattr(dst, "set_used_size"):
+                    dst.set_used_size(n)
+            else:
+                self._deserializer.deserialize(src, dst, key)
+        except Exception as exc:
+            _log.warning("serde %s: %s of item for key %r failed: %s: %s", self.serde_type,
+                         direction, getattr(key, "chunk_hash", key), type(exc).__name__, exc)
+            if direction == DESERIALIZE:
+                _scrub(dst)
+            return exc
+        return None
 
     def _record(
         self, direction: str, task_id: int, outcome: TaskOutcome, bytes_in: int, bytes_out: int,
