@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from lmserde.hooks import reset_plugin_manager
 from lmserde.registry import rescan_serde_plugins
 
