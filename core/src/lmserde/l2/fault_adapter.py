@@ -12,11 +12,11 @@ from typing import Any
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.inner_delegation import InnerAdapterDelegation
 from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.poll_loop import PollLoop
 from lmserde.l2.store_result import L2StoreResult
 from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.l2.usage import AdapterUsage
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption
@@ -93,7 +93,7 @@ class FaultPlan:
         return self.delay_seconds * self.draw(kind + "/delay-length", keys)
 
 
-class FaultInjectingL2Adapter(L2AdapterInterface):
+class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
     """An adapter in front of ``inner`` that injects the faults of a :class:`FaultPlan`.
 
     Lookups, unlocks, sizes, deletes and usage pass straight through. Store and load results
@@ -254,30 +254,6 @@ class FaultInjectingL2Adapter(L2AdapterInterface):
 
     def reports_object_sizes(self) -> bool:
         return bool(getattr(self._inner, "reports_object_sizes", lambda: False)())
-
-    def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        return self._inner.get_object_sizes(keys)
-
-    def delete(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.delete(keys)
-
-    def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.touch_keys(keys)
-
-    def get_usage(self) -> AdapterUsage:
-        return self._inner.get_usage()
-
-    def supports_global_eviction(self) -> bool:
-        return self._inner.supports_global_eviction()
-
-    def list_l2_keys(self, *args: Any, **kwargs: Any) -> Any:
-        return self._inner.list_l2_keys(*args, **kwargs)
-
-    def register_listener(self, listener: Any) -> None:
-        self._inner.register_listener(listener)
-
-    def set_backend_identity(self, name: str, shared: bool = False) -> None:
-        self._inner.set_backend_identity(name, shared)
 
     def report_status(self) -> dict[str, Any]:
         status = dict(self._inner.report_status())

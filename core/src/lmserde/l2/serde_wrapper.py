@@ -25,11 +25,11 @@ from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
 from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.inner_delegation import InnerAdapterDelegation
 from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.poll_loop import PollLoop
 from lmserde.l2.store_result import L2StoreResult
 from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.l2.usage import AdapterUsage
 from lmserde.l2.wrapper_metrics import WrapperMetrics
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj
@@ -106,7 +106,7 @@ def _reports_sizes(adapter: Any) -> bool:
     return bool(probe()) if callable(probe) else False
 
 
-class SerdeL2AdapterWrapper(L2AdapterInterface):
+class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
 
     ``serde`` is owned by the wrapper (closed with it); ``l1_manager`` provides the temporary
@@ -611,30 +611,6 @@ class SerdeL2AdapterWrapper(L2AdapterInterface):
 
     def reports_object_sizes(self) -> bool:
         return _reports_sizes(self._inner)
-
-    def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        return self._inner.get_object_sizes(keys)
-
-    def delete(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.delete(keys)
-
-    def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.touch_keys(keys)
-
-    def get_usage(self) -> AdapterUsage:
-        return self._inner.get_usage()
-
-    def supports_global_eviction(self) -> bool:
-        return self._inner.supports_global_eviction()
-
-    def list_l2_keys(self, *args: Any, **kwargs: Any) -> Any:
-        return self._inner.list_l2_keys(*args, **kwargs)
-
-    def register_listener(self, listener: Any) -> None:
-        self._inner.register_listener(listener)
-
-    def set_backend_identity(self, name: str, shared: bool = False) -> None:
-        self._inner.set_backend_identity(name, shared)
 
     def report_status(self) -> dict[str, Any]:
         status = dict(self._inner.report_status())
