@@ -653,6 +653,74 @@ AVX2_FN static void dec_avx2_shift(const uint8_t *src, int fp8, unsigned char *d
     if (i < n) dec_scalar(src + i, fp8, dst + i * es, kind, n - i, scale);
 }
 
+/*
+ * Scaled decoding to a 16-bit destination through scale-specific nibble tables: for the finite
+ * codes, the destination bits of code * scale are usually sign | (A[l] + (h & 7) << (4 + shift))
+ * (normal codes; l, h: low/high nibble) or the bits of the subnormal code l (plus the sign),
+ * because multiplying by 2^e commutes with both roundings while everything stays normal. The
+ * tables are built from the scalar reference and then checked against it for every finite code,
+ * so they are used only for scales where this structure holds exactly; 0 is returned otherwise.
+ */
+static int scaled_nibbles(int fp8, int kind16, int kind, float scale, uint8_t t[NIB_COUNT][16]) {
+    int shift;
+    uint32_t bias;
+    dec_layout(fp8, kind16, &shift, &bias);
+    if (kind != kind16) return 0;
+    uint16_t ref[256];
+    for (uint32_t c = 0; c < 256; c++) {
+        uint32_t u = f32_bits(bits_f32(TAB_F32[fp8][c]) * scale);
+        ref[c] = kind == KIND_BF16 ? f32_to_bf16_bits(u) : f32_to_f16_bits(u);
+    }
+    for (uint32_t l = 0; l < 16; l++) {
+        int32_t a = (int32_t)ref[0x10u | l] - (int32_t)(1u << (4 + shift));
+        if (a < 0 || a > 0xFFFF) return 0;
+        t[NIB_L][l] = (uint8_t)(a >> 8);
+        t[NIB_LL][l] = (uint8_t)(a & 0xFF);
+        t[NIB_SH][l] = (uint8_t)(ref[l] >> 8);
+        t[NIB_SL][l] = (uint8_t)(ref[l] & 0xFFu);
+        t[NIB_H][l] = (uint8_t)((l & 8u ? 0x80u : 0u) | ((l & 7u) << (shift - 4)));
+    }
+    const uint32_t expmask = fp8 == FP8_E4M3FN ? 0x78u : 0x7Cu, specthr = fp8 == FP8_E4M3FN ? 0x7Eu : 0x7Bu;
+    for (uint32_t c = 0; c < 256; c++) {
+        if ((c & 0x7Fu) > specthr) continue; /* inf/NaN blocks take the scalar path */
+        uint32_t h = c >> 4, l = c & 15u, hi, lo;
+        if ((c & expmask) == 0) {
+            hi = t[NIB_SH][l] | (c & 0x80u);
+            lo = t[NIB_SL][l];
+        } else {
+            hi = (uint32_t)(t[NIB_H][h] + t[NIB_L][l]) & 0xFFu;
+            lo = t[NIB_LL][l];
+        }
+        if (((hi << 8) | lo) != ref[c]) return 0;
+    }
+    return 1;
+}
+
+AVX2_FN static int dec_avx2_scaled16(const uint8_t *src, int fp8, unsigned char *dst, int kind,
+                                     size_t n, float scale) {
+    uint8_t t[NIB_COUNT][16];
+    if (kind == KIND_F32 || !scaled_nibbles(fp8, kind, kind, scale, t)) return 0;
+    dec_vconsts k = make_dec_vconsts(fp8, kind);
+    k.th = tbl16(t[NIB_H]);
+    k.tl = tbl16(t[NIB_L]);
+    k.tll = tbl16(t[NIB_LL]);
+    k.tsh = tbl16(t[NIB_SH]);
+    k.tsl = tbl16(t[NIB_SL]);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i h0, h1;
+        unsigned char *d = dst + i * 2;
+        if (!dec32(_mm256_loadu_si256((const __m256i *)(src + i)), &k, 7, &h0, &h1)) {
+            dec_scalar(src + i, fp8, d, kind, 32, &scale);
+        } else {
+            _mm256_storeu_si256((__m256i *)d, h0);
+            _mm256_storeu_si256((__m256i *)(d + 32), h1);
+        }
+    }
+    if (i < n) dec_scalar(src + i, fp8, dst + i * 2, kind, n - i, &scale);
+    return 1;
+}
+
 /* 1 when *scale is a power of two 2^k whose products with every finite fp8 value are normal,
  * finite bfloat16 values (k then written to *kexp); 0 otherwise. */
 static int bf16_exp_add(const float *scale, int fp8, int *kexp) {
@@ -669,6 +737,9 @@ AVX2_FN static void dec_avx2(const uint8_t *src, int fp8, unsigned char *dst, in
                              const float *scale) {
     int kexp = 0;
     const int f16_direct = kind == KIND_F16 && scale == NULL;
+    if (scale != NULL && kind != KIND_F32 && !(kind == KIND_BF16 && bf16_exp_add(scale, fp8, &kexp)) &&
+        dec_avx2_scaled16(src, fp8, dst, kind, n, *scale))
+        return;
     if (kind == KIND_BF16 && (scale == NULL || bf16_exp_add(scale, fp8, &kexp))) {
         if (fp8 == FP8_E4M3FN)
             dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 4, 1, kexp);
@@ -874,6 +945,64 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static int check_scale(float s) {
+    if (!(s > 0.0f) || s > FLT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scale must be positive and finite in float32");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(encode_scaled_doc,
+             "encode_scaled(src_addr, src_kind, dst_addr, n, fp8_kind, scale, level)\n"
+             "Encode n floats divided (in float32) by the float32 value of scale (positive, finite).");
+
+static PyObject *py_encode_scaled(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr;
+    int kind, fp8, level;
+    Py_ssize_t n;
+    float scale;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKnifi", &src_addr, &kind, &dst_addr, &n, &fp8, &scale, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n, 0) < 0 || check_scale(scale) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    if (n) encode_row(src, kind, dst, (size_t)n, fp8, &scale, lv);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decode_scaled_doc,
+             "decode_scaled(src_addr, fp8_kind, dst_addr, dst_kind, n, scale, level)\n"
+             "Decode n fp8 codes times the float32 value of scale (positive, finite).");
+
+static PyObject *py_decode_scaled(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr;
+    int kind, fp8, level;
+    Py_ssize_t n;
+    float scale;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKinfi", &src_addr, &fp8, &dst_addr, &kind, &n, &scale, &level))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(n, 0) < 0 || check_scale(scale) < 0) return NULL;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
+    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    if (n) decode_row(src, fp8, dst, kind, (size_t)n, &scale, lv);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(absmax_doc,
              "absmax(src_addr, src_kind, n_rows, row_len, out_addr, level)\n"
              "Write the largest finite |x| of each row as float32 (0.0 for rows without one).");
@@ -900,6 +1029,29 @@ static PyObject *py_absmax(PyObject *self, PyObject *args) {
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(finite_absmax_doc,
+             "finite_absmax(src_addr, src_kind, n, level)\n"
+             "The largest finite |x| of n floats as a Python float (0.0 when there is none).");
+
+static PyObject *py_finite_absmax(PyObject *self, PyObject *args) {
+    unsigned long long src_addr;
+    int kind, level;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Kini", &src_addr, &kind, &n, &level)) return NULL;
+    if (check_kinds(kind, FP8_E4M3FN) < 0 || check_shape(n, 0) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    int lv = effective_level(level);
+    float m = 0.0f;
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    if (n) m = row_absmax(src, kind, (size_t)n, lv);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    return PyFloat_FromDouble((double)m);
 }
 
 PyDoc_STRVAR(encode_pow2_doc,
@@ -1007,6 +1159,9 @@ static PyMethodDef methods[] = {
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {"decode", py_decode, METH_VARARGS, decode_doc},
     {"absmax", py_absmax, METH_VARARGS, absmax_doc},
+    {"finite_absmax", py_finite_absmax, METH_VARARGS, finite_absmax_doc},
+    {"encode_scaled", py_encode_scaled, METH_VARARGS, encode_scaled_doc},
+    {"decode_scaled", py_decode_scaled, METH_VARARGS, decode_scaled_doc},
     {"encode_pow2", py_encode_pow2, METH_VARARGS, encode_pow2_doc},
     {"decode_pow2", py_decode_pow2, METH_VARARGS, decode_pow2_doc},
     {"simd_level", py_simd_level, METH_NOARGS, "Highest kernel level this CPU runs (0 scalar, 1 AVX2)."},

@@ -15,8 +15,7 @@ import struct
 
 import torch
 from lmserde_fp8 import dequantize_into, quantize_into
-from lmserde_fp8.codec import row_absmax
-from lmserde_fp8.float_buffer import FloatBuffer
+from lmserde_fp8 import finite_absmax as _fp8_finite_absmax
 
 __all__ = [
     "SUPPORTED_FP8_DTYPES",
@@ -44,10 +43,7 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def finite_absmax(v: torch.Tensor) -> float:
     """Largest finite ``|x|`` of ``v`` as float32 (0.0 when there is none); one thread, no GIL."""
-    if v.numel() == 0:
-        return 0.0
-    src = v if v.dtype in _KERNEL_DTYPES else v.float()  # |V| as float32, as LMCache does
-    return float(row_absmax(FloatBuffer.of_tensor(src), 1).item())
+    return _fp8_finite_absmax(v)  # other float dtypes: |V as float32|, as LMCache does
 
 
 def scale_for_absmax(amax: float, fp8_dtype: torch.dtype) -> float:

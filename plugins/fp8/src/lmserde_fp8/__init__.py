@@ -4,6 +4,7 @@ Public codec API (also used by other plugins):
 
 * :func:`quantize_into` / :func:`dequantize_into`: fp8 encode/decode of float tensors, bit-identical
   to torch's cast (range rules pinned, see :mod:`lmserde_fp8.codec`);
+* :func:`finite_absmax`: the largest finite ``|x|`` of a float tensor (for per-tensor scales);
 * :func:`fast_path_available`: whether the native C kernels are in use.
 
 The serde itself is :data:`FP8_SPEC` (entry point ``fp8`` in group ``lmcache.serde``).
@@ -11,7 +12,7 @@ The serde itself is :data:`FP8_SPEC` (entry point ``fp8`` in group ``lmcache.ser
 
 from __future__ import annotations
 
-from lmserde_fp8.codec import dequantize_into, fast_path_available, quantize_into
+from lmserde_fp8.codec import dequantize_into, fast_path_available, finite_absmax, quantize_into
 from lmserde_fp8.scaling import ScalingMode
 from lmserde_fp8.serde import Fp8QuantizationDeserializer, Fp8QuantizationSerializer
 from lmserde_fp8.spec import FP8_SPEC
@@ -25,6 +26,7 @@ __all__ = [
     "ScalingMode",
     "dequantize_into",
     "fast_path_available",
+    "finite_absmax",
     "quantize_into",
     "__version__",
 ]

@@ -15,6 +15,7 @@ Range rules (pinned, identical on every backend and torch version):
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Literal
 
@@ -35,6 +36,7 @@ __all__ = [
     "encode_pow2",
     "decode_pow2",
     "row_absmax",
+    "finite_absmax",
 ]
 
 Backend = Literal["auto", "native", "portable", "torch"]
@@ -213,18 +215,25 @@ def _check_codes(t: torch.Tensor, n: int, role: str) -> None:
         raise ValueError(f"{role} has {t.numel()} elements, expected {n}")
 
 
-def _scale_tensor(scale: float | None) -> torch.Tensor | None:
-    if scale is None:
-        return None
+def _scale_f32(scale: float) -> float:
+    """``scale`` rounded to float32 (returned as the equal Python float); ``ValueError`` unless it
+    is a positive finite number there."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise ValueError(f"scale must be a positive finite number or None, got {scale!r}")
-    as_f32 = torch.tensor([float(scale)], dtype=torch.float32)
-    value = float(as_f32.item())
+    try:
+        value = ctypes.c_float(float(scale)).value  # the C cast: round to nearest, inf on overflow
+    except OverflowError:  # an int too large for a double
+        value = math.inf
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(
             f"scale must be positive and finite in float32, got {scale!r} (float32 {value!r})"
         )
-    return as_f32
+    return value
+
+
+def _native_cpu(*tensors: torch.Tensor) -> bool:
+    """Whether the native kernels can work on these (CPU) tensors."""
+    return kernel.fast_path_available() and all(t.device.type == "cpu" for t in tensors)
 
 
 def quantize_into(src: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dtype, *,
@@ -235,15 +244,29 @@ def quantize_into(src: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dtype, 
     row-major order). ``out``: contiguous uint8 tensor of N elements. Without ``scale`` the bytes
     are exactly ``src.to(fp8_dtype).view(torch.uint8)`` for finite in-range values (range rules in
     the module docstring); with ``scale`` they are
-    ``torch.clamp(src.float() / scale, -fmax, fmax).to(fp8_dtype)`` (division in float32).
+    ``torch.clamp(src.float() / scale, -fmax, fmax).to(fp8_dtype)`` (division in float32, by
+    ``scale`` rounded to float32, which must be positive and finite).
     """
     fmt = fp8_format(fp8_dtype)
     _check_float(src, "src")
     _check_codes(out, src.numel(), "out")
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    scales = _scale_tensor(scale)
-    encode(FloatBuffer.of_tensor(src), out.reshape(-1), fmt, scales if src.numel() else None)
+    if scale is None:
+        encode(FloatBuffer.of_tensor(src), out.reshape(-1), fmt, None)
+        return
+    s32 = _scale_f32(scale)
+    n = src.numel()
+    if _native_cpu(src, out):
+        if n:
+            src = src.contiguous()
+            kernel.native_module().encode_scaled(
+                src.data_ptr(), FLOAT_KINDS[src.dtype], out.data_ptr(), n, fmt.kernel_id, s32,
+                kernel.BEST,
+            )
+        return
+    scales = torch.tensor([s32], dtype=torch.float32)
+    encode(FloatBuffer.of_tensor(src), out.reshape(-1), fmt, scales if n else None)
 
 
 def dequantize_into(codes: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dtype, *,
@@ -252,11 +275,49 @@ def dequantize_into(codes: torch.Tensor, out: torch.Tensor, fp8_dtype: torch.dty
 
     ``codes``: uint8 tensor of N elements. ``out``: float32/bfloat16/float16 tensor of N elements
     (any strides). Writes ``codes.view(fp8_dtype).to(out.dtype)``, or with ``scale``
-    ``(codes.view(fp8_dtype).float() * scale).to(out.dtype)``.
+    ``(codes.view(fp8_dtype).float() * scale).to(out.dtype)`` (``scale`` rounded to float32).
     """
     fmt = fp8_format(fp8_dtype)
     _check_float(out, "out")
     _check_codes(codes, out.numel(), "codes")
-    scales = _scale_tensor(scale)
-    decode(codes.reshape(-1).contiguous(), FloatBuffer.of_tensor(out), fmt,
-           scales if out.numel() else None)
+    if scale is None:
+        decode(codes.reshape(-1).contiguous(), FloatBuffer.of_tensor(out), fmt, None)
+        return
+    s32 = _scale_f32(scale)
+    n = out.numel()
+    if _native_cpu(codes, out):
+        if n:
+            codes = codes.contiguous()
+            target = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype)
+            kernel.native_module().decode_scaled(
+                codes.data_ptr(), fmt.kernel_id, target.data_ptr(), FLOAT_KINDS[out.dtype], n,
+                s32, kernel.BEST,
+            )
+            if target is not out:
+                out.copy_(target)
+        return
+    scales = torch.tensor([s32], dtype=torch.float32)
+    decode(codes.reshape(-1).contiguous(), FloatBuffer.of_tensor(out), fmt, scales if n else None)
+
+
+def finite_absmax(t: torch.Tensor) -> float:
+    """The largest finite ``|x|`` of the float tensor ``t`` as float32 (returned as the equal
+    Python float), ``0.0`` when ``t`` has no finite nonzero value.
+
+    float32/bfloat16/float16 are read as they are (the native kernel on contiguous CPU tensors,
+    one thread, GIL released); other float dtypes are converted to float32 first (values beyond
+    float32's range then count as infinite). ``ValueError`` for non-float tensors.
+    """
+    if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"finite_absmax needs a floating-point tensor, got {got}")
+    if t.dtype not in FLOAT_KINDS:
+        t = t.float()
+    n = t.numel()
+    if n == 0:
+        return 0.0
+    if _native_cpu(t):
+        t = t.contiguous()
+        return float(kernel.native_module().finite_absmax(t.data_ptr(), FLOAT_KINDS[t.dtype], n,
+                                                          kernel.BEST))
+    return float(torch_codec.row_absmax(t.reshape(-1), 1).item())
