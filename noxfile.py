@@ -129,7 +129,8 @@ def interop(session: nox.Session) -> None:
     """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper."""
     _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS])
     session.install("--no-deps", "lmcache==0.5.6")
-    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests/interop"]))
+    session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [
+        "tests/interop", "tests/plugins/turboquant/test_tq_lmcache_real.py"]))
 
 
 @nox.session(python="3.11")

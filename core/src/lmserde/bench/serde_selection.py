@@ -36,7 +36,7 @@ __all__ = [
 SerdeConfigValue = dict[str, Any] | list[dict[str, Any]]
 
 #: TurboQuant presets the default run measures (those the installed plugin offers).
-TURBOQUANT_PRESETS = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_nc")
+TURBOQUANT_PRESETS = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_nc", "tq3")
 
 #: Option sets the default run measures for these types (each one the installed plugin accepts):
 #: TurboQuant's presets from its fp8-key one to the 3-bit one.

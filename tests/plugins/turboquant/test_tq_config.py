@@ -1,0 +1,73 @@
+"""Configuration and the registered spec: options validated when the config is created."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+import pytest
+from lmserde import SerdeSizeContract, create_serde_processor, get_serde_spec
+from lmserde_turboquant import TURBOQUANT_SPEC, TurboQuantConfig
+from lmserde_turboquant import config as config_module
+
+
+def _make(**kwargs: Any) -> Any:
+    return create_serde_processor({"type": "turboquant", **kwargs})
+
+
+def test_entry_point_and_spec() -> None:
+    eps = {ep.name: ep.value for ep in entry_points(group="lmcache.serde")}
+    assert eps["turboquant"] == "lmserde_turboquant.spec:TURBOQUANT_SPEC"
+    spec = get_serde_spec("turboquant")
+    assert spec is TURBOQUANT_SPEC
+    assert spec.size_contract is SerdeSizeContract.EXACT and spec.lossy
+
+
+def test_builds_from_upstream_kwargs() -> None:
+    proc = _make(preset="turboquant_k3v4_nc", head_dim=64, block_size=32, max_workers=2)
+    try:
+        assert proc.get_serialize_event_fd() != proc.get_deserialize_event_fd()
+    finally:
+        proc.close()
+
+
+def test_yaml_numbers_are_accepted() -> None:
+    proc = _make(max_workers=2.0, head_dim="128", skip_first_layers="0")
+    proc.close()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"preset": "turboquant_k4v4"}, "Unsupported TurboQuant preset: 'turboquant_k4v4'"),
+    ({"head_dim": 96}, "head_dim to be a power of two, got 96"),
+    ({"head_dim": 4}, "head_dim must be between 8 and 1024"),
+    ({"head_dim": 2048}, "head_dim must be between 8 and 1024"),
+    ({"block_size": 0}, "'block_size' must be >= 1"),
+    ({"skip_first_layers": -1}, "'skip_first_layers' must be >= 0"),
+    ({"skip_last_layers": -2}, "'skip_last_layers' must be >= 0"),
+    ({"implementation": "cuda"}, "'implementation' must be one of"),
+    ({"max_workers": 0}, "'max_workers' must be >= 1"),
+    ({"head_dim": 1.5}, "'head_dim' must be an integer"),
+    ({"preset": 3}, "'preset' must be a string"),
+    ({"presett": "tq4"}, "Did you mean 'preset'"),
+])
+def test_bad_options_are_rejected_at_creation(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _make(**kwargs)
+
+
+def test_config_validates_directly() -> None:
+    with pytest.raises(ValueError, match="skipped layer counts must be non-negative"):
+        TurboQuantConfig(skip_first_layers=-1)
+    with pytest.raises(ValueError, match="Unsupported TurboQuant preset"):
+        TurboQuantConfig(preset="nope")  # rejected on creation, not on first use
+    with pytest.raises(ValueError, match="must be an integer"):
+        TurboQuantConfig(head_dim=True)  # type: ignore[arg-type]
+    cfg = TurboQuantConfig(preset="tq4")
+    assert cfg.preset_spec.name == "tq4"
+
+
+def test_native_implementation_requires_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config_module.codec_native, "_native", None)
+    with pytest.raises(ValueError, match="native codec is not built"):
+        _make(implementation="native")
+    _make(implementation="auto").close()  # falls back to the torch codec
