@@ -23,7 +23,7 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
-TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy"]
+TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=64"]
 
 #: What lmcache 0.5.6's serde package, serde wrapper, fs adapter and L1 manager import on a
 #: CPU-only machine; its own dependency list pulls CUDA packages, so the wheel goes in --no-deps.
@@ -115,7 +115,7 @@ def core(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
-@nox.parametrize("name", PLUGINS)
+@nox.parametrize("name", PLUGINS, ids=PLUGINS)
 def plugin(session: nox.Session, name: str) -> None:
     """Core plus one plugin (and the in-repo plugins it depends on), that plugin's tests."""
     directory = ROOT / "plugins" / name

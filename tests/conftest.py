@@ -8,8 +8,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from lmserde.hooks import reset_plugin_manager
 from lmserde.registry import rescan_serde_plugins
+
+# Property tests check behaviour, not speed: no per-example deadline (a loaded CI machine would
+# otherwise turn slowness into failures).
+settings.register_profile("lmserde", deadline=None)
+settings.load_profile("lmserde")
 
 
 def write_distribution(

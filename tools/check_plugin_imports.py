@@ -26,8 +26,9 @@ def violations(root: Path) -> list[str]:
                 modules = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 modules = [node.module]
-                if node.module == "lmserde":
-                    modules += [f"lmserde.{a.name}" for a in node.names if a.name.startswith("_")]
+                if node.module.split(".")[0] == "lmserde":
+                    modules += [f"{node.module}.{a.name}" for a in node.names
+                                if a.name.startswith("_") and not a.name.startswith("__")]
             for module in modules:
                 if module.split(".")[0] != "lmserde":
                     continue

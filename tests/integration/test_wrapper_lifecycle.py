@@ -80,7 +80,7 @@ class _GatedDeserializer(IdentityDeserializer):
 
 
 def _close_in_thread(wrapper: SerdeL2AdapterWrapper, gate: threading.Event) -> None:
-    closer = threading.Thread(target=wrapper.close)
+    closer = threading.Thread(target=wrapper.close, daemon=True)
     closer.start()
     gate.set()  # close waits for the running serde item; let it finish
     closer.join(HANG_GUARD)
@@ -123,7 +123,7 @@ def test_close_while_the_inner_adapter_holds_results(l1: L1Manager) -> None:
     for i in range(4):
         wrapper.submit_store_task([key_of(i)], objects_for(KV, 1))
         wrapper.submit_load_task([key_of(100 + i)], objects_for(KV, 1))
-    closer = threading.Thread(target=wrapper.close)
+    closer = threading.Thread(target=wrapper.close, daemon=True)
     closer.start()
     closer.join(HANG_GUARD)
     assert not closer.is_alive(), "close() hung"

@@ -40,7 +40,7 @@ class Collector:
         self._watched: set[int] = set()
         self._wake = create_event_notifier()
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="soak-collector")
+        self._thread = threading.Thread(target=self._run, name="soak-collector", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -33,7 +33,12 @@ def test_builds_from_upstream_kwargs() -> None:
 
 def test_yaml_numbers_are_accepted() -> None:
     proc = _make(max_workers=2.0, head_dim="128", skip_first_layers="0")
-    proc.close()
+    try:
+        assert proc.max_workers == 2  # type: ignore[attr-defined]
+        assert proc.serializer.config.head_dim == 128  # type: ignore[attr-defined]
+        assert proc.serializer.config.skip_first_layers == 0  # type: ignore[attr-defined]
+    finally:
+        proc.close()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -148,8 +148,12 @@ class LocalRedisServer:
             with self.client() as c:
                 return bool(c.ping())
 
-        _wait(ready, f"redis-server on port {self.port} answering PING", self.startup_timeout,
-              self.log_path)
+        try:
+            _wait(ready, f"redis-server on port {self.port} answering PING", self.startup_timeout,
+                  self.log_path)
+        except BaseException:
+            self.stop()  # never leave a half-started server behind
+            raise
         return self
 
     def _log_tail(self) -> str:
