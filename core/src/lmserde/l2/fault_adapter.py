@@ -17,7 +17,6 @@ from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.poll_loop import PollLoop
 from lmserde.l2.store_result import L2StoreResult
 from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption
 
@@ -152,9 +151,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
     def get_store_event_fd(self) -> int:
         return self._queues.store.fileno()
 
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._inner.get_lookup_and_lock_event_fd()
-
     def get_load_event_fd(self) -> int:
         return self._queues.load.fileno()
 
@@ -186,21 +182,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
 
     def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
         return self._queues.store.pop_all()
-
-    # -- lookup / unlock (pass-through) ---------------------------------------------------------
-
-    def submit_lookup_and_lock_task(
-        self,
-        keys: Sequence[ObjectKey],
-        group_layout_descs: dict[int, MemoryLayoutDesc] | None = None,
-    ) -> L2TaskId:
-        return self._inner.submit_lookup_and_lock_task(keys, group_layout_descs)
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._inner.query_lookup_and_lock_result(task_id)
-
-    def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.submit_unlock(keys)
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -251,9 +232,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
         return self._queues.load.pop(task_id)
 
     # -- pass-through extras --------------------------------------------------------------------
-
-    def reports_object_sizes(self) -> bool:
-        return bool(getattr(self._inner, "reports_object_sizes", lambda: False)())
 
     def report_status(self) -> dict[str, Any]:
         status = dict(self._inner.report_status())

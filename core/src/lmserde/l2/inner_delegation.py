@@ -1,4 +1,4 @@
-"""Pass-through of the bookkeeping methods of an adapter that wraps another (``self._inner``)."""
+"""Pass-through of the methods an adapter that wraps another (``self._inner``) does not change."""
 
 from __future__ import annotations
 
@@ -6,21 +6,49 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lmserde.keys import ObjectKey
+from lmserde.l2.bitmap import Bitmap
 from lmserde.l2.usage import AdapterUsage
+from lmserde.layout import MemoryLayoutDesc
 
 if TYPE_CHECKING:
-    from lmserde.l2.interface import L2AdapterInterface
+    from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 
-__all__ = ["InnerAdapterDelegation"]
+__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes"]
+
+
+def adapter_reports_sizes(adapter: Any) -> bool:
+    """Whether ``adapter`` reports stored object sizes (adapters without the probe do not)."""
+    probe = getattr(adapter, "reports_object_sizes", None)
+    return bool(probe()) if callable(probe) else False
 
 
 class InnerAdapterDelegation:
-    """Mixin: sizes, deletion, recency, usage, listing, listeners and identity go to ``_inner``.
+    """Mixin: lookup/lock/unlock (the inner adapter's own lookup fd included), sizes, deletion,
+    recency, usage, listing, listeners and identity go to ``_inner``.
 
     Put it before ``L2AdapterInterface`` in the bases of a wrapping adapter.
     """
 
     _inner: L2AdapterInterface
+
+    def get_lookup_and_lock_event_fd(self) -> int:
+        return self._inner.get_lookup_and_lock_event_fd()
+
+    def submit_lookup_and_lock_task(
+        self,
+        keys: Sequence[ObjectKey],
+        group_layout_descs: dict[int, MemoryLayoutDesc] | None = None,
+    ) -> L2TaskId:
+        return self._inner.submit_lookup_and_lock_task(keys, group_layout_descs)
+
+    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._inner.query_lookup_and_lock_result(task_id)
+
+    def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
+        self._inner.submit_unlock(keys)
+
+    def reports_object_sizes(self) -> bool:
+        return adapter_reports_sizes(self._inner)
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         return self._inner.get_object_sizes(keys)

@@ -25,7 +25,7 @@ from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
 from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.inner_delegation import InnerAdapterDelegation
+from lmserde.l2.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
 from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.poll_loop import PollLoop
 from lmserde.l2.store_result import L2StoreResult
@@ -101,11 +101,6 @@ def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeC
         return SerdeSizeContract.UPPER_BOUND
 
 
-def _reports_sizes(adapter: Any) -> bool:
-    probe = getattr(adapter, "reports_object_sizes", None)
-    return bool(probe()) if callable(probe) else False
-
-
 class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
 
@@ -141,7 +136,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         self._l1 = l1_manager
         self.serde_type = serde_type or str(getattr(serde, "serde_type", type(serde).__name__))
         self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
-        if self.size_contract is SerdeSizeContract.UPPER_BOUND and not _reports_sizes(inner_adapter):
+        if self.size_contract is SerdeSizeContract.UPPER_BOUND and not adapter_reports_sizes(inner_adapter):
             backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
             raise ValueError(
                 f"{UPPER_BOUND_PAIRING_ERROR}{self.serde_type} on {backend}. The serde may write "
@@ -200,9 +195,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     def get_store_event_fd(self) -> int:
         return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._inner.get_lookup_and_lock_event_fd()
 
     def get_load_event_fd(self) -> int:
         return self._queues.load.fileno()
@@ -477,7 +469,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         return task_id
 
     def _stored_sizes(self, keys: list[ObjectKey]) -> dict[ObjectKey, int]:
-        if not _reports_sizes(self._inner):
+        if not adapter_reports_sizes(self._inner):
             return {}
         try:
             return dict(self._inner.get_object_sizes(keys))
@@ -595,22 +587,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         return self._queues.load.pop(task_id)
 
     # -- pass-through ---------------------------------------------------------------------------
-
-    def submit_lookup_and_lock_task(
-        self,
-        keys: Sequence[ObjectKey],
-        group_layout_descs: dict[int, MemoryLayoutDesc] | None = None,
-    ) -> L2TaskId:
-        return self._inner.submit_lookup_and_lock_task(keys, group_layout_descs)
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._inner.query_lookup_and_lock_result(task_id)
-
-    def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
-        self._inner.submit_unlock(keys)
-
-    def reports_object_sizes(self) -> bool:
-        return _reports_sizes(self._inner)
 
     def report_status(self) -> dict[str, Any]:
         status = dict(self._inner.report_status())
