@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
-from lmserde.events import EventfdNotifier, PipeNotifier, consume_fd
+from lmserde.events import EventfdNotifier, PipeNotifier, consume_fd, wait_on_fd
 
 
 def _readable(fd: int) -> bool:
@@ -71,3 +71,13 @@ def test_queues_sharing_an_id_source_never_collide() -> None:
     assert len(seen) == len(set(seen)) == 2000
     q1.close()
     q2.close()
+
+
+def test_wait_on_fd_returns_the_first_result_and_times_out() -> None:
+    q: CompletionQueue[str] = CompletionQueue()
+    task = q.new_task_id()
+    threading.Timer(0.05, q.complete, args=(task, "done")).start()
+    assert wait_on_fd(q.fileno(), lambda: q.pop(task), timeout=30) == "done"
+    with pytest.raises(TimeoutError, match="never did not complete within 0.1 s"):
+        wait_on_fd(q.fileno(), lambda: None, timeout=0.1, what="never")
+    q.close()

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import Protocol
+import select
+import time
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
-__all__ = ["EventNotifier", "EventfdNotifier", "PipeNotifier", "create_event_notifier", "consume_fd"]
+__all__ = [
+    "EventNotifier",
+    "EventfdNotifier",
+    "PipeNotifier",
+    "create_event_notifier",
+    "consume_fd",
+    "wait_on_fd",
+]
+
+T = TypeVar("T")
 
 
 class EventNotifier(Protocol):
@@ -83,3 +95,24 @@ def consume_fd(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
+
+
+def wait_on_fd(fd: int, poll: Callable[[], T | None], *, timeout: float, what: str = "task") -> T:
+    """Return the first non-``None`` value of ``poll()``, sleeping on the notifier ``fd`` between tries.
+
+    ``poll`` must collect every result that is ready (the signal coalesces). The fd is drained
+    before ``poll`` runs again, so a completion signalled meanwhile is never missed. Raises
+    ``TimeoutError`` naming ``what`` after ``timeout`` seconds.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    while True:
+        result = poll()
+        if result is not None:
+            return result
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what} did not complete within {timeout:g} s")
+        if poller.poll(min(remaining, 0.2) * 1000.0):
+            consume_fd(fd)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import select
-import time
 from collections.abc import Callable
 
-from lmserde.events import consume_fd
+from lmserde.events import wait_on_fd
 
 __all__ = ["wait_until", "DEFAULT_TIMEOUT_S"]
 
@@ -22,11 +20,4 @@ def wait_until(fd: int, done: Callable[[], bool], *, timeout: float = DEFAULT_TI
     drained before ``done`` runs again, so a completion signalled meanwhile is never missed.
     ``TimeoutError`` after ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while not done():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"{what} did not complete within {timeout:g} s")
-        ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
-        if ready:
-            consume_fd(fd)
+    wait_on_fd(fd, lambda: True if done() else None, timeout=timeout, what=what)

@@ -7,12 +7,9 @@ dispatches results. Waiting longer than ``timeout`` raises ``TimeoutError``.
 
 from __future__ import annotations
 
-import select
-import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
-from lmserde.events import consume_fd
+from lmserde.events import wait_on_fd
 from lmserde.keys import ObjectKey
 from lmserde.l2.bitmap import Bitmap
 from lmserde.l2.interface import L2AdapterInterface
@@ -32,22 +29,6 @@ __all__ = [
 #: Seconds a helper waits for one task before raising ``TimeoutError``.
 DEFAULT_TIMEOUT = 30.0
 
-T = TypeVar("T")
-
-
-def _wait(fd: int, poll: Callable[[], T | None], what: str, timeout: float) -> T:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
-    while True:
-        result = poll()
-        if result is not None:
-            return result
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"{what} did not complete within {timeout:g} s")
-        if poller.poll(min(remaining, 0.2) * 1000.0):
-            consume_fd(fd)
 
 
 def wait_for_store(
@@ -65,22 +46,23 @@ def wait_for_store(
                 others[tid] = result
         return found.get(task_id)
 
-    return _wait(adapter.get_store_event_fd(), poll, f"store task {task_id}", timeout)
+    return wait_on_fd(adapter.get_store_event_fd(), poll, timeout=timeout,
+                      what=f"store task {task_id}")
 
 
 def wait_for_load(
     adapter: L2AdapterInterface, task_id: int, timeout: float = DEFAULT_TIMEOUT
 ) -> Bitmap:
-    return _wait(adapter.get_load_event_fd(), lambda: adapter.query_load_result(task_id),
-                 f"load task {task_id}", timeout)
+    return wait_on_fd(adapter.get_load_event_fd(), lambda: adapter.query_load_result(task_id),
+                      timeout=timeout, what=f"load task {task_id}")
 
 
 def wait_for_lookup(
     adapter: L2AdapterInterface, task_id: int, timeout: float = DEFAULT_TIMEOUT
 ) -> Bitmap:
-    return _wait(adapter.get_lookup_and_lock_event_fd(),
-                 lambda: adapter.query_lookup_and_lock_result(task_id),
-                 f"lookup task {task_id}", timeout)
+    return wait_on_fd(adapter.get_lookup_and_lock_event_fd(),
+                      lambda: adapter.query_lookup_and_lock_result(task_id),
+                      timeout=timeout, what=f"lookup task {task_id}")
 
 
 def store_sync(

@@ -9,8 +9,6 @@ and the processor the registry builds, exactly as an L2 wrapper would use it.
 from __future__ import annotations
 
 import math
-import select
-import time
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -18,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from lmserde.base import SerdeProcessor
-from lmserde.events import consume_fd
+from lmserde.events import wait_on_fd
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import TensorMemoryObj, as_byte_tensor
@@ -76,17 +74,11 @@ def wait_for_result(proc: SerdeProcessor, task_id: int, *, serialize: bool) -> b
     """Block on the processor's fd until ``task_id`` finishes; fail after ``TIMEOUT_SECONDS``."""
     fd = proc.get_serialize_event_fd() if serialize else proc.get_deserialize_event_fd()
     query = proc.query_serialize_result if serialize else proc.query_deserialize_result
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while True:
-        result = query(task_id)
-        if result is not None:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"task {task_id} did not finish within {TIMEOUT_SECONDS} s")
-        if poller.poll(100):
-            consume_fd(fd)  # the signal coalesces; results stay until queried
+    try:
+        return wait_on_fd(fd, lambda: query(task_id), timeout=TIMEOUT_SECONDS,
+                          what=f"task {task_id}")
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def _as_float(group: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
