@@ -28,6 +28,7 @@ __all__ = [
     "single_to_multi_deserializer",
     "layout_desc_to_group",
     "GroupSlotView",
+    "item_size",
 ]
 
 MemoryObjGroup = tuple[Any | None, ...]
@@ -193,3 +194,17 @@ class GroupSlotView:
 
     def __repr__(self) -> str:
         return f"GroupSlotView(group={self.index}, parent={self.parent!r})"
+
+
+def item_size(item: Any) -> int:
+    """Logical bytes of a processor item: an object, a ``GroupSlotView``, ``None`` (0) or a tuple
+    of those (summed). Objects without ``get_size`` count their ``tensor``'s bytes, or 0."""
+    if item is None:
+        return 0
+    if isinstance(item, tuple):
+        return sum(item_size(i) for i in item)
+    get_size = getattr(item, "get_size", None)
+    if callable(get_size):
+        return int(get_size())
+    tensor = getattr(item, "tensor", None)
+    return int(tensor.numel() * tensor.element_size()) if tensor is not None else 0

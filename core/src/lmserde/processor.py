@@ -15,7 +15,13 @@ from lmserde.completion_queue import CompletionQueue, TaskIdSource
 from lmserde.hooks import emit_serde_task_event
 from lmserde.keys import ObjectKey
 from lmserde.memory import as_byte_tensor
-from lmserde.multi import GroupSlotView, MultiDeserializer, MultiSerializer, check_group_size
+from lmserde.multi import (
+    GroupSlotView,
+    MultiDeserializer,
+    MultiSerializer,
+    check_group_size,
+    item_size,
+)
 from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
 
@@ -57,16 +63,8 @@ class ProcessorMetrics:
 
 def _logical_size(obj: Any) -> int:
     """Bytes of a source/destination item, for metrics (0 when it cannot be told)."""
-    if obj is None:
-        return 0
-    if isinstance(obj, tuple):
-        return sum(_logical_size(o) for o in obj)
     try:
-        get_size = getattr(obj, "get_size", None)
-        if callable(get_size):
-            return int(get_size())
-        tensor = getattr(obj, "tensor", None)
-        return int(tensor.numel() * tensor.element_size()) if tensor is not None else 0
+        return item_size(obj)
     except Exception:
         return 0
 

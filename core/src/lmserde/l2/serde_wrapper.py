@@ -33,7 +33,7 @@ from lmserde.l2.task_queues import AdapterTaskQueues
 from lmserde.l2.wrapper_metrics import WrapperMetrics
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj
-from lmserde.multi import GroupSlotView, layout_desc_to_group
+from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
 from lmserde.observability import WrapperTaskEvent
 from lmserde.spec import SerdeSizeContract
 
@@ -573,7 +573,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         if hits:
             for slot in task.hit_slots:
                 if bitmap.test(task.positions[slot]):
-                    bytes_kv += _item_size(task.dst_items[slot])
+                    bytes_kv += item_size(task.dst_items[slot])
         self._metrics.record_load(task.num_keys, hits, serialized, bytes_kv)
         emit_wrapper_task_event(WrapperTaskEvent(
             serde_type=self.serde_type, operation="load", task_id=task.task_id,
@@ -644,13 +644,3 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _item_size(item: Any) -> int:
-    if item is None:
-        return 0
-    if isinstance(item, tuple):
-        return sum(_item_size(i) for i in item)
-    if isinstance(item, GroupSlotView):
-        return _layout_of(item.parent).group_nbytes(item.index)
-    return int(item.get_size())
