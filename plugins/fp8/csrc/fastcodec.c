@@ -10,7 +10,8 @@
  *           With a scale, the float32 value is multiplied by (float)scale and rounded to the
  *           destination (to-nearest-even; a NaN becomes 0xFFFF in bfloat16, as torch 2.13 does).
  *
- * Two implementations: a portable scalar one and an AVX2/F16C one selected at run time. Both run
+ * Two implementations: a portable scalar one and an AVX2/F16C one selected at run time (plus, on
+ * CPUs with AVX-512 VBMI, a table-driven encoder for bfloat16 divided by a general scale). All run
  * with the default floating-point environment (round to nearest, no flush-to-zero) and release the
  * GIL. Callers pass raw addresses; the Python layer (lmserde_fp8.kernel) validates sizes.
  */
@@ -439,6 +440,10 @@ AVX2_FN static inline size_t enc16_pow2_bf16(const enc16_vconsts *kc, const unsi
         if (kexp >= 0) {
             s0 = _mm256_subs_epu16(a0, kbits);
             s1 = _mm256_subs_epu16(a1, kbits);
+            if (kexp >= 100) { /* inf less k would be a finite value below the saturation bound */
+                s0 = _mm256_or_si256(s0, _mm256_cmpeq_epi16(a0, k.nan_above));
+                s1 = _mm256_or_si256(s1, _mm256_cmpeq_epi16(a1, k.nan_above));
+            }
         } else {
             s0 = _mm256_and_si256(_mm256_adds_epu16(a0, kbits), _mm256_cmpgt_epi16(a0, smallest_normal));
             s1 = _mm256_and_si256(_mm256_adds_epu16(a1, kbits), _mm256_cmpgt_epi16(a1, smallest_normal));
@@ -801,11 +806,174 @@ AVX2_FN static float absmax_avx2(const unsigned char *src, int kind, size_t n) {
     return bits_f32(best);
 }
 
+/* ------------------------------------------------------------------ bf16 / scale by code tables */
+
+/*
+ * bfloat16 divided by a general scale s, without dividing. Write x = 2^(E-127) * (1 + m/128) (E the
+ * 8-bit exponent field, m the 7 mantissa bits). Binary scaling commutes with correct rounding, so
+ * for rows E whose quotients are normal float32 values, RN(x / s) = 2^(E - e_norm) * RN(x_m / s)
+ * with x_m the value of mantissa m in row e_norm; and once that row's quotients are at least the
+ * smallest fp8 normal, every fp8 code of a higher row is the row e_norm code plus (E - e_norm)
+ * binades, i.e. g[m] + ((E - e_norm) << mantissa bits), until it saturates at the largest code.
+ * The plan holds g[] (128 codes, computed by the exact scalar path) and the row bounds: rows up
+ * to e_zero encode to 0 (monotonicity: their largest value does), rows between e_zero and e_norm
+ * straddle the fp8 subnormal range and are left to the float32 path (a block holding one is
+ * encoded there; with per-tensor scales such values are rare). Row 255 (inf and NaN) is set
+ * apart: inf saturates, NaN gives 0x7F, and the sign is x's. The vector loops work in byte lanes:
+ * with AVX-512 VBMI g[m] is one 128-entry table lookup (vpermi2b) per 64 values; with AVX2 it is
+ * g[0] plus the number of thresholds m reaches (g rises by at most one per mantissa step and at
+ * most 8 times in a row: a row spans less than one binade of quotients).
+ */
+#define DIV_MAX_THRESHOLDS 8
+
+typedef struct {
+    uint8_t g[128];
+    int8_t below_step[DIV_MAX_THRESHOLDS]; /* m > below_step[j] adds 1 to g[0] (127: never) */
+    int e_zero, e_norm, dmax, maxcode, mbits;
+} bf16_div_plan;
+
+/* Fill the plan for scale s; 0 when this scale does not fit the scheme (then nothing is done). */
+static int make_bf16_div_plan(bf16_div_plan *plan, int fp8, float s) {
+    enc_params p = make_params(fp8, 1);
+    const int shift = fp8 == FP8_E4M3FN ? 20 : 21;
+    plan->mbits = fp8 == FP8_E4M3FN ? 3 : 2;
+    plan->maxcode = fp8 == FP8_E4M3FN ? 0x7E : 0x7B;
+    /* rows beyond e_norm + dmax saturate: g >= 1 << mbits, so g + (dmax << mbits) > maxcode */
+    plan->dmax = fp8 == FP8_E4M3FN ? 16 : 31;
+    int e_zero = 0;
+    while (e_zero < 254 && (enc_one(f32_bits(bits_f32(((uint32_t)(e_zero + 1) << 23) | 0x7F0000u) / s),
+                                    &p, shift) & 0x7F) == 0)
+        e_zero++;
+    int e_norm = 1;
+    while (e_norm < 255 && f32_bits(bits_f32((uint32_t)e_norm << 23) / s) < p.min_normal) e_norm++;
+    /* row 0 (bf16 zeros and subnormals) must encode to 0, and row e_norm must be a bf16 row */
+    if (e_zero < 1 || e_norm > 254 || e_norm <= e_zero) return 0;
+    for (uint32_t m = 0; m < 128; m++)
+        plan->g[m] = enc_one(f32_bits(bits_f32(((uint32_t)e_norm << 23) | (m << 16)) / s), &p, shift);
+    if (plan->g[0] < (1 << plan->mbits)) return 0;
+    int steps = 0;
+    for (int j = 0; j < DIV_MAX_THRESHOLDS; j++) plan->below_step[j] = 127;
+    for (int m = 1; m < 128; m++) {
+        int rise = plan->g[m] - plan->g[m - 1];
+        if (rise == 0) continue;
+        if (rise != 1 || steps == DIV_MAX_THRESHOLDS) return 0; /* cannot happen; never trust it */
+        plan->below_step[steps++] = (int8_t)(m - 1);
+    }
+    plan->e_zero = e_zero;
+    plan->e_norm = e_norm;
+    return 1;
+}
+
+/* The AVX2 form of the table encoder: 32 values per step (see the plan above). */
+AVX2_FN static size_t enc_bf16_div_avx2(const unsigned char *src, uint8_t *dst, size_t n, int fp8,
+                                        const float *scale, const bf16_div_plan *plan) {
+    __m256i step[DIV_MAX_THRESHOLDS];
+    for (int j = 0; j < DIV_MAX_THRESHOLDS; j++) step[j] = _mm256_set1_epi8(plan->below_step[j]);
+    const __m256i g0 = _mm256_set1_epi8((char)plan->g[0]);
+    const __m256i e_norm = _mm256_set1_epi8((char)plan->e_norm);
+    const __m256i e_zero = _mm256_set1_epi8((char)plan->e_zero);
+    const __m256i dmax = _mm256_set1_epi8((char)plan->dmax);
+    const __m256i maxcode = _mm256_set1_epi8((char)plan->maxcode);
+    const __m128i mbits = _mm_cvtsi32_si128(plan->mbits);
+    const __m256i low8 = _mm256_set1_epi16(0x00FF), m7f = _mm256_set1_epi8(0x7F);
+    const __m256i one = _mm256_set1_epi8(1), ff = _mm256_set1_epi8((char)0xFF);
+    const __m256i sign8 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
+        /* low bytes (exponent lsb | mantissa) and high bytes (sign | exponent 7..1), in order */
+        __m256i lo = _mm256_permute4x64_epi64(
+            _mm256_packus_epi16(_mm256_and_si256(v0, low8), _mm256_and_si256(v1, low8)), 0xD8);
+        __m256i hi = _mm256_permute4x64_epi64(
+            _mm256_packus_epi16(_mm256_srli_epi16(v0, 8), _mm256_srli_epi16(v1, 8)), 0xD8);
+        /* E = (hi << 1) | (lo >> 7); the 16-bit shift brings each byte's bit 7 to its bit 0 */
+        __m256i e = _mm256_or_si256(_mm256_add_epi8(hi, hi),
+                                    _mm256_and_si256(_mm256_srli_epi16(lo, 7), one));
+        __m256i at_least_norm = _mm256_cmpeq_epi8(_mm256_subs_epu8(e_norm, e), zero);
+        __m256i above_zero = _mm256_xor_si256(_mm256_cmpeq_epi8(_mm256_subs_epu8(e, e_zero), zero), ff);
+        if (_mm256_movemask_epi8(_mm256_andnot_si256(at_least_norm, above_zero))) {
+            enc_avx2(src + 2 * i, KIND_BF16, dst + i, 32, fp8, scale);
+            continue;
+        }
+        __m256i m = _mm256_and_si256(lo, m7f);
+        __m256i g = g0;
+        for (int j = 0; j < DIV_MAX_THRESHOLDS; j++) g = _mm256_sub_epi8(g, _mm256_cmpgt_epi8(m, step[j]));
+        /* d < 32, so shifting 16-bit lanes moves no bit across a byte boundary */
+        __m256i d = _mm256_min_epu8(_mm256_subs_epu8(e, e_norm), dmax);
+        __m256i code = _mm256_min_epu8(_mm256_add_epi8(g, _mm256_sll_epi16(d, mbits)), maxcode);
+        code = _mm256_and_si256(code, at_least_norm);
+        __m256i inf_nan = _mm256_cmpeq_epi8(e, ff);
+        code = _mm256_blendv_epi8(code, maxcode, inf_nan);
+        __m256i nan = _mm256_andnot_si256(_mm256_cmpeq_epi8(m, zero), inf_nan);
+        code = _mm256_blendv_epi8(code, m7f, nan);
+        code = _mm256_or_si256(code, _mm256_and_si256(hi, sign8));
+        _mm256_storeu_si256((__m256i *)(dst + i), code);
+    }
+    return i;
+}
+
+#define VBMI_FN __attribute__((target("avx512f,avx512bw,avx512vbmi,avx2,f16c")))
+
+/* Encode n bfloat16 values divided by *scale with the plan; returns how many were done (a multiple
+ * of 64; the caller encodes the rest). Blocks holding a value of a row between e_zero and e_norm
+ * go through the AVX2 float32 path. */
+VBMI_FN static size_t enc_bf16_div_vbmi(const unsigned char *src, uint8_t *dst, size_t n, int fp8,
+                                        const float *scale, const bf16_div_plan *plan) {
+    const __m512i tab_lo = _mm512_loadu_si512((const void *)plan->g);
+    const __m512i tab_hi = _mm512_loadu_si512((const void *)(plan->g + 64));
+    uint8_t even[64], odd[64];
+    for (int j = 0; j < 64; j++) {
+        even[j] = (uint8_t)(2 * j);
+        odd[j] = (uint8_t)(2 * j + 1);
+    }
+    const __m512i idx_lo = _mm512_loadu_si512((const void *)even); /* low byte of each bf16 */
+    const __m512i idx_hi = _mm512_loadu_si512((const void *)odd);  /* high byte */
+    const __m512i e_norm = _mm512_set1_epi8((char)plan->e_norm);
+    const __m512i e_zero = _mm512_set1_epi8((char)plan->e_zero);
+    const __m512i dmax = _mm512_set1_epi8((char)plan->dmax);
+    const __m512i maxcode = _mm512_set1_epi8((char)plan->maxcode);
+    const __m512i m7f = _mm512_set1_epi8(0x7F), one = _mm512_set1_epi8(1);
+    const __m512i ff = _mm512_set1_epi8((char)0xFF), sign8 = _mm512_set1_epi8((char)0x80);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i v0 = _mm512_loadu_si512((const void *)(src + 2 * i));
+        __m512i v1 = _mm512_loadu_si512((const void *)(src + 2 * i + 64));
+        __m512i lo = _mm512_permutex2var_epi8(v0, idx_lo, v1); /* exponent lsb | 7 mantissa bits */
+        __m512i hi = _mm512_permutex2var_epi8(v0, idx_hi, v1); /* sign | exponent bits 7..1 */
+        __mmask64 neg = _mm512_movepi8_mask(hi);
+        /* E = (hi << 1) | (lo >> 7) per byte: doubling hi drops the sign bit, leaves bit 0 clear */
+        __m512i e2 = _mm512_add_epi8(hi, hi);
+        __m512i e = _mm512_mask_add_epi8(e2, _mm512_movepi8_mask(lo), e2, one);
+        __m512i m = _mm512_and_si512(lo, m7f);
+        __mmask64 below = _mm512_cmplt_epu8_mask(e, e_norm);
+        if (below & _mm512_cmpgt_epu8_mask(e, e_zero)) {
+            enc_avx2(src + 2 * i, KIND_BF16, dst + i, 64, fp8, scale);
+            continue;
+        }
+        /* rows above e_norm + dmax saturate, and so does row 255 (inf; NaN is set below) */
+        __m512i d = _mm512_min_epu8(_mm512_subs_epu8(e, e_norm), dmax);
+        /* d < 32, so shifting 16-bit lanes moves no bit across a byte boundary */
+        __m512i code = _mm512_add_epi8(_mm512_permutex2var_epi8(tab_lo, m, tab_hi),
+                                       _mm512_sll_epi16(d, _mm_cvtsi32_si128(plan->mbits)));
+        code = _mm512_maskz_mov_epi8(~below, _mm512_min_epu8(code, maxcode));
+        __mmask64 inf_nan = _mm512_cmpeq_epi8_mask(e, ff);
+        code = _mm512_mask_mov_epi8(code, inf_nan, maxcode);
+        code = _mm512_mask_mov_epi8(code, inf_nan & _mm512_test_epi8_mask(m, m), m7f);
+        code = _mm512_mask_add_epi8(code, neg, code, sign8); /* codes are <= 0x7F: adds the sign */
+        _mm512_storeu_si512((void *)(dst + i), code);
+    }
+    return i;
+}
+
+/* Below this many values the plan (about 400 scalar divisions) costs more than it saves. */
+#define DIV_TABLE_MIN_VALUES 8192
+
 #endif /* FP8_HAVE_AVX2 */
 
 /* ------------------------------------------------------------------ dispatch */
 
-static int g_simd_level = 0; /* 0: portable scalar, 1: AVX2 + F16C */
+static int g_simd_level = 0; /* 0: portable scalar, 1: AVX2 + F16C, 2: and AVX-512 VBMI */
 
 static int effective_level(int requested) { return requested < g_simd_level ? requested : g_simd_level; }
 
@@ -860,7 +1028,13 @@ static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t 
                        const float *scale, int lv) {
 #if FP8_HAVE_AVX2
     if (lv >= 1) {
-        enc_avx2(src, kind, dst, n, fp8, scale);
+        size_t done = 0;
+        bf16_div_plan plan;
+        if (kind == KIND_BF16 && scale != NULL && n >= DIV_TABLE_MIN_VALUES &&
+            make_bf16_div_plan(&plan, fp8, *scale))
+            done = lv >= 2 ? enc_bf16_div_vbmi(src, dst, n, fp8, scale, &plan)
+                           : enc_bf16_div_avx2(src, dst, n, fp8, scale, &plan);
+        if (done < n) enc_avx2(src + 2 * done, kind, dst + done, n - done, fp8, scale);
         return;
     }
 #endif
@@ -1164,7 +1338,7 @@ static PyMethodDef methods[] = {
     {"decode_scaled", py_decode_scaled, METH_VARARGS, decode_scaled_doc},
     {"encode_pow2", py_encode_pow2, METH_VARARGS, encode_pow2_doc},
     {"decode_pow2", py_decode_pow2, METH_VARARGS, decode_pow2_doc},
-    {"simd_level", py_simd_level, METH_NOARGS, "Highest kernel level this CPU runs (0 scalar, 1 AVX2)."},
+    {"simd_level", py_simd_level, METH_NOARGS, "Highest kernel level this CPU runs (0 scalar, 1 AVX2, 2 AVX-512 VBMI)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1177,7 +1351,12 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
     init_tables();
 #if FP8_HAVE_AVX2
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) g_simd_level = 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        g_simd_level = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vbmi"))
+            g_simd_level = 2;
+    }
 #endif
     return PyModule_Create(&moddef);
 }

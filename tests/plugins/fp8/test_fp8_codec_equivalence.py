@@ -261,3 +261,16 @@ def test_scaled_bf16_subnormals_and_zeros(backend: str, fp8: torch.dtype) -> Non
         scales = torch.tensor([2.0**k], dtype=torch.float32)
         expected = torch.clamp(values.float() / scales[0], -fmax, fmax).to(fp8).view(torch.uint8)
         assert torch.equal(_encode(values, fp8, backend, scales), expected), k
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fp8", FP8_DTYPES)
+def test_huge_power_of_two_scales_saturate_infinities(backend: str, fp8: torch.dtype) -> None:
+    """bfloat16 inf divided by 2^k (k up to 126) is still inf and saturates to the largest code."""
+    values = torch.tensor([float("inf"), float("-inf"), 3.3e38, -3.3e38, 1e36, 1.0, 0.0] * 8,
+                          dtype=torch.bfloat16)
+    fmax = fp8_format(fp8).max_finite
+    for k in (100, 112, 113, 119, 120, 126):
+        scales = torch.tensor([2.0**k], dtype=torch.float32)
+        expected = torch.clamp(values.float() / scales[0], -fmax, fmax).to(fp8).view(torch.uint8)
+        assert torch.equal(_encode(values, fp8, backend, scales), expected), k
