@@ -10,10 +10,11 @@
  *           With a scale, the float32 value is multiplied by (float)scale and rounded to the
  *           destination (to-nearest-even; a NaN becomes 0xFFFF in bfloat16, as torch 2.13 does).
  *
- * Two implementations: a portable scalar one and an AVX2/F16C one selected at run time (plus, on
- * CPUs with AVX-512 VBMI, a table-driven encoder for bfloat16 divided by a general scale). All run
- * with the default floating-point environment (round to nearest, no flush-to-zero) and release the
- * GIL. Callers pass raw addresses; the Python layer (lmserde_fp8.kernel) validates sizes.
+ * Two implementations: a portable scalar one and an AVX2/F16C one selected at run time (in which
+ * bfloat16 divided by a scale goes through per-call code tables, looked up with AVX-512 VBMI on
+ * CPUs that have it). All run with the default floating-point environment (round to nearest, no
+ * flush-to-zero) and release the GIL. Callers pass raw addresses; the Python layer
+ * (lmserde_fp8.kernel) validates sizes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
