@@ -1031,8 +1031,10 @@ static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t 
     if (lv >= 1) {
         size_t done = 0;
         bf16_div_plan plan;
+        float recip;
+        /* with AVX2 only, power-of-two scales are faster by exponent arithmetic in 16-bit lanes */
         if (kind == KIND_BF16 && scale != NULL && n >= DIV_TABLE_MIN_VALUES &&
-            make_bf16_div_plan(&plan, fp8, *scale))
+            (lv >= 2 || !pow2_reciprocal(*scale, &recip)) && make_bf16_div_plan(&plan, fp8, *scale))
             done = lv >= 2 ? enc_bf16_div_vbmi(src, dst, n, fp8, scale, &plan)
                            : enc_bf16_div_avx2(src, dst, n, fp8, scale, &plan);
         if (done < n) enc_avx2(src + 2 * done, kind, dst + done, n - done, fp8, scale);
