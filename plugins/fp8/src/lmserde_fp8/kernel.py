@@ -29,7 +29,7 @@ PORTABLE = 0
 #: Kernel level: AVX2 + F16C (x86-64).
 AVX2 = 1
 #: Kernel level: AVX2 plus AVX-512 VBMI, used to encode bfloat16 divided by a general scale through
-#: 128-entry code tables (about 4x the AVX2 float32 path; same bytes).
+#: 128-entry code tables (about 3x the float32 division path; same bytes).
 AVX512_VBMI = 2
 
 
