@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from lmserde_fp8 import kernel
+from lmserde_fp8.formats import fp8_format
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -48,3 +49,14 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 def torch_codes(values: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
     """torch's own cast, as uint8 codes."""
     return values.to(fp8).view(torch.uint8)
+
+
+def divided_codes(values: torch.Tensor, fp8: torch.dtype, scale: float) -> torch.Tensor:
+    """The codes of ``clamp(x.float() / s, -fmax, fmax).to(fp8)`` in row-major order, ``s`` the
+    float32 value of ``scale``; NaN -> ``0x7F | sign`` (pinned rule)."""
+    fmax = fp8_format(fp8).max_finite
+    flat = values.reshape(-1)
+    s = torch.tensor([scale], dtype=torch.float32)
+    expected = torch.clamp(flat.float() / s, -fmax, fmax).to(fp8).view(torch.uint8)
+    sign = (bits(flat) < 0).to(torch.uint8) << 7
+    return torch.where(torch.isnan(flat), sign | 0x7F, expected)

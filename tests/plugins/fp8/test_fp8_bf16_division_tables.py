@@ -3,7 +3,7 @@
 They never divide: a 128-entry code table is built per scale (``make_bf16_div_plan`` in
 csrc/fastcodec.c), looked up with AVX-512 VBMI (level 2) or by counting thresholds with AVX2
 (level 1), and blocks holding values near the fp8 subnormal range go to the float32 path. Each
-case checks every level this CPU runs against torch's ``clamp(x.float() / scale)`` cast, mostly
+case checks every level this CPU runs against ``clamp(x.float() / scale)`` cast by torch, mostly
 over all 65536 bfloat16 patterns (which puts a block of every kind in every run).
 """
 
@@ -14,11 +14,10 @@ import struct
 
 import pytest
 import torch
-from fp8_support import FP8_DTYPES, all_16bit
+from fp8_support import FP8_DTYPES, all_16bit, divided_codes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde_fp8 import kernel
-from lmserde_fp8.formats import fp8_format
 
 pytestmark = pytest.mark.skipif(kernel.simd_level() < kernel.AVX2,
                                 reason="the CPU has no AVX2 (or the native codec is not built)")
@@ -41,14 +40,8 @@ def _encode_at(values: torch.Tensor, fp8: torch.dtype, scale: float, level: int)
     return out
 
 
-def _expected(values: torch.Tensor, fp8: torch.dtype, scale: float) -> torch.Tensor:
-    fmax = fp8_format(fp8).max_finite
-    quotient = values.float() / torch.tensor(scale, dtype=torch.float32)
-    return torch.clamp(quotient, -fmax, fmax).to(fp8).view(torch.uint8)
-
-
 def _check(values: torch.Tensor, fp8: torch.dtype, scale: float) -> None:
-    expected = _expected(values, fp8, scale)
+    expected = divided_codes(values, fp8, scale)
     for level in LEVELS:
         assert torch.equal(_encode_at(values, fp8, scale, level), expected), (scale, level)
 
@@ -82,7 +75,7 @@ def test_tails_misalignment_and_short_inputs(fp8: torch.dtype) -> None:
     storage = torch.empty(MIN_VALUES + 129, dtype=torch.bfloat16)
     storage[1:] = values[: MIN_VALUES + 128]
     src = storage[1:]
-    expected = _expected(src, fp8, scale)
+    expected = divided_codes(src, fp8, scale)
     for level in LEVELS:
         dst = torch.zeros(src.numel() + 1, dtype=torch.uint8)
         kernel.native_module().encode_scaled(src.data_ptr(), KIND_BF16, dst.data_ptr() + 1,

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from fp8_support import FLOAT_DTYPES, FP8_DTYPES, NATIVE_BUILT, all_16bit, all_codes, bits
+from fp8_support import FLOAT_DTYPES, FP8_DTYPES, NATIVE_BUILT, all_16bit, all_codes, bits, divided_codes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde_fp8 import dequantize_into, finite_absmax, kernel, quantize_into
@@ -37,16 +37,6 @@ def _f32(x: float) -> float:
     return float(torch.tensor([x], dtype=torch.float32)[0])
 
 
-def _expected_codes(values: torch.Tensor, fp8: torch.dtype, scale: float) -> torch.Tensor:
-    """``clamp(x.float() / s, -fmax, fmax).to(fp8)``; NaN -> ``0x7F | sign`` (pinned rule)."""
-    fmax = fp8_format(fp8).max_finite
-    s = torch.tensor([scale], dtype=torch.float32)
-    expected = torch.clamp(values.float().reshape(-1) / s, -fmax, fmax).to(fp8).view(torch.uint8)
-    nan = torch.isnan(values.reshape(-1))
-    sign = (bits(values.reshape(-1)) < 0).to(torch.uint8) << 7
-    return torch.where(nan, sign | 0x7F, expected)
-
-
 def _quantize(values: torch.Tensor, fp8: torch.dtype, scale: float, path: str) -> torch.Tensor:
     out = torch.empty(values.numel(), dtype=torch.uint8)
     with _path(path):
@@ -70,7 +60,7 @@ def test_every_16bit_pattern_with_general_scales(path: str, fp8: torch.dtype,
     values = all_16bit(dtype)
     for scale in GENERAL_SCALES:
         got = _quantize(values, fp8, scale, path)
-        expected = _expected_codes(values, fp8, scale)
+        expected = divided_codes(values, fp8, scale)
         bad = got != expected
         assert not bool(bad.any()), (scale, values[bad][:4], got[bad][:4], expected[bad][:4])
 
@@ -88,7 +78,7 @@ def test_property_quantize_with_any_scale(fp8: torch.dtype, dtype: torch.dtype,
                                           data: list[float], scale: float) -> None:
     """Values overflowing after the division, subnormal quotients, NaN/inf, ragged tails."""
     values = torch.tensor(data, dtype=torch.float32).to(dtype)
-    expected = _expected_codes(values, fp8, scale)
+    expected = divided_codes(values, fp8, scale)
     for path in PATHS:
         assert torch.equal(_quantize(values, fp8, scale, path), expected), path
 
@@ -132,7 +122,7 @@ def test_strided_tensors_and_realistic_kv(path: str) -> None:
     scale = _f32(float(v.float().abs().max()) / 448.0)
     src = v.t()  # not contiguous
     codes = _quantize(src, torch.float8_e4m3fn, scale, path)
-    assert torch.equal(codes, _expected_codes(src.contiguous(), torch.float8_e4m3fn, scale))
+    assert torch.equal(codes, divided_codes(src.contiguous(), torch.float8_e4m3fn, scale))
     out = torch.empty(96, 64, dtype=torch.bfloat16).t()  # not contiguous
     with _path(path):
         dequantize_into(codes, out, torch.float8_e4m3fn, scale=scale)
@@ -155,7 +145,7 @@ def test_integer_scale_is_accepted() -> None:
     values = torch.linspace(-900, 900, 77).to(torch.bfloat16)
     for path in PATHS:
         assert torch.equal(_quantize(values, torch.float8_e4m3fn, 3, path),
-                           _expected_codes(values, torch.float8_e4m3fn, 3.0))
+                           divided_codes(values, torch.float8_e4m3fn, 3.0))
 
 
 @pytest.mark.parametrize("path", PATHS)
