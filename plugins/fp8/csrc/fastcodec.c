@@ -936,6 +936,7 @@ VBMI_FN static size_t enc_bf16_div_vbmi(const unsigned char *src, uint8_t *dst, 
     const __m512i maxcode = _mm512_set1_epi8((char)plan->maxcode);
     const __m512i m7f = _mm512_set1_epi8(0x7F), one = _mm512_set1_epi8(1);
     const __m512i ff = _mm512_set1_epi8((char)0xFF), sign8 = _mm512_set1_epi8((char)0x80);
+    const __m128i mbits = _mm_cvtsi32_si128(plan->mbits);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512i v0 = _mm512_loadu_si512((const void *)(src + 2 * i));
@@ -956,7 +957,7 @@ VBMI_FN static size_t enc_bf16_div_vbmi(const unsigned char *src, uint8_t *dst, 
         __m512i d = _mm512_min_epu8(_mm512_subs_epu8(e, e_norm), dmax);
         /* d < 32, so shifting 16-bit lanes moves no bit across a byte boundary */
         __m512i code = _mm512_add_epi8(_mm512_permutex2var_epi8(tab_lo, m, tab_hi),
-                                       _mm512_sll_epi16(d, _mm_cvtsi32_si128(plan->mbits)));
+                                       _mm512_sll_epi16(d, mbits));
         code = _mm512_maskz_mov_epi8(~below, _mm512_min_epu8(code, maxcode));
         __mmask64 inf_nan = _mm512_cmpeq_epi8_mask(e, ff);
         code = _mm512_mask_mov_epi8(code, inf_nan, maxcode);
