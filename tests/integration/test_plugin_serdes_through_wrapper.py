@@ -10,7 +10,7 @@ import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for
 from lmserde import MemoryLayoutDesc
 from lmserde.l1 import L1Manager
-from lmserde.l2 import MemoryL2Adapter, SerdeL2AdapterWrapper, create_l2_adapter, key_file_name
+from lmserde.l2 import FRAME_HEADER_BYTES, MemoryL2Adapter, SerdeL2AdapterWrapper, create_l2_adapter, key_file_name
 from lmserde.registry import create_serde_processor
 from lmserde.spec import SerdeSizeContract
 
@@ -46,8 +46,9 @@ def test_fp8_then_aesgcm_chain_on_fs(tmp_path: Path, master_key: str, l1: L1Mana
         objs = objects_for(KV, 4)
         assert cache.store(wrapper, keys, objs).is_successful()
         estimate = wrapper.serde.estimate_serialized_size(KV)
-        assert all((base / key_file_name(k)).stat().st_size == estimate for k in keys)
-        assert estimate < KV.nbytes  # fp8 halves bf16; the frame adds a little
+        stored = FRAME_HEADER_BYTES + estimate  # the wrapper's frame header, then the payload
+        assert all((base / key_file_name(k)).stat().st_size == stored for k in keys)
+        assert estimate < KV.nbytes  # fp8 halves bf16; aesgcm's frame adds a little
         path = base / key_file_name(keys[2])
         raw = bytearray(path.read_bytes())
         raw[-1] ^= 0x01  # tamper with the ciphertext of one key

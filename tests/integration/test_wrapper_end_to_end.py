@@ -12,6 +12,7 @@ from datapath_driver import Cache, key_of, layout_bytes, objects_for
 from lmserde import MemoryLayoutDesc
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
     FSL2Adapter,
     L2AdapterInterface,
     SerdeL2AdapterWrapper,
@@ -47,7 +48,7 @@ def test_five_keys_round_trip_bit_exact_and_l1_returns_to_zero(
     objs = objects_for(KV, 5)
     result = cache.store(identity_adapter, keys, objs)
     assert result.is_successful()
-    assert result.bytes_transferred() == 5 * KV.nbytes
+    assert result.bytes_transferred() == 5 * (KV.nbytes + FRAME_HEADER_BYTES)
     assert l1.memory_used_bytes() == 0
     bitmap, data = cache.load(identity_adapter, keys, KV)
     assert bitmap.count_leading_ones() == 5
@@ -149,7 +150,7 @@ def test_lossy_serde_round_trip(backend: dict, cache: Cache, l1: L1Manager,
         objs = objects_for(layout, 5)
         result = cache.store(adapter, keys, objs)
         assert result.is_successful()
-        assert result.bytes_transferred() == 5 * (4 + layout.numel)  # serialized bytes
+        assert result.bytes_transferred() == 5 * (FRAME_HEADER_BYTES + 4 + layout.numel)  # frames
         bitmap, data = cache.load(adapter, keys, layout)
         assert bitmap.count() == 5
         for src, got in zip(objs, data):
@@ -195,11 +196,11 @@ def test_fs_holds_serialized_files_under_the_original_keys(tmp_path: Path, cache
         files = sorted(p for p in os.listdir(tmp_path) if p.endswith(".data"))
         assert files == sorted(key_file_name(k) for k in keys)
         for key in keys:
-            assert os.path.getsize(tmp_path / key_file_name(key)) == 4 + 256
-        assert adapter.get_object_sizes(keys) == {k: 260 for k in keys}
+            assert os.path.getsize(tmp_path / key_file_name(key)) == FRAME_HEADER_BYTES + 4 + 256
+        assert adapter.get_object_sizes(keys) == {k: FRAME_HEADER_BYTES + 260 for k in keys}
         usage = adapter.get_usage()
-        assert usage.total_bytes_used == 520
-        assert dict(usage.bytes_by_cache_salt) == {"tenant-a": 520}
+        assert usage.total_bytes_used == 2 * (FRAME_HEADER_BYTES + 260)
+        assert dict(usage.bytes_by_cache_salt) == {"tenant-a": 2 * (FRAME_HEADER_BYTES + 260)}
         assert isinstance(adapter, SerdeL2AdapterWrapper)
         assert isinstance(adapter.inner_adapter, FSL2Adapter)
     finally:

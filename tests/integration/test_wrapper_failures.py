@@ -22,6 +22,7 @@ from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.keys import TEMP_KEY_SUFFIX_BYTES
 from lmserde.l1 import L1Error, L1Manager, L1Result
 from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
     Bitmap,
     FaultInjectingL2Adapter,
     FaultPlan,
@@ -91,7 +92,8 @@ def test_store_reserves_once_and_releases_exactly_the_temporaries() -> None:
         (reserve,) = l1.named("reserve_write")
         temp_keys, is_temporary, layout, tag = reserve
         assert is_temporary == [True, True, True]
-        assert layout == MemoryLayoutDesc([torch.Size([64])], [torch.uint8])
+        # 64 payload bytes plus the stored-object frame's header
+        assert layout == MemoryLayoutDesc([torch.Size([64 + FRAME_HEADER_BYTES])], [torch.uint8])
         assert tag == "serde_wrapper"
         for key, temp in zip(keys, temp_keys):
             assert temp.chunk_hash.startswith(key.chunk_hash)
@@ -138,7 +140,7 @@ def test_load_reservation_failure_is_an_immediate_all_miss() -> None:
 
 
 def test_real_l1_exhaustion_fails_cleanly() -> None:
-    l1 = L1Manager(KV.nbytes * 2)  # room for two temporaries, not three
+    l1 = L1Manager((KV.nbytes + FRAME_HEADER_BYTES) * 2)  # room for two temporaries, not three
     wrapper = SerdeL2AdapterWrapper(MemoryL2Adapter(), _identity(), l1)
     try:
         task = wrapper.submit_store_task([key_of(i) for i in range(3)], objects_for(KV, 3))
@@ -268,8 +270,9 @@ def _damage_files(base: Path, keys: list[ObjectKey]) -> None:
 
 
 def test_damaged_files_miss_only_their_keys(tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    # unframed, so that the serde's own check sees the damage (framed: see test_fail_closed)
     wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
-                                 "serde": {"type": "t_crc"}}, l1)
+                                 "serde": {"type": "t_crc"}, "serde_frame": False}, l1)
     try:
         keys = [key_of(i) for i in range(8)]
         objs = objects_for(KV, 8)
@@ -328,7 +331,7 @@ class _BoolOnlyProcessor(SerdeProcessor):
 def test_processor_without_outcomes_fails_the_whole_batch(tmp_path: Path, l1: L1Manager,
                                                           cache: Cache) -> None:
     proc = _BoolOnlyProcessor(make_processor("t_crc"))
-    wrapper = SerdeL2AdapterWrapper(FSL2Adapter(tmp_path), proc, l1)
+    wrapper = SerdeL2AdapterWrapper(FSL2Adapter(tmp_path), proc, l1, frame=False)
     try:
         keys = [key_of(i) for i in range(6)]
         assert cache.store(wrapper, keys, objects_for(KV, 6)).is_successful()
@@ -397,15 +400,16 @@ def test_upper_bound_serde_loads_variable_sizes(backend: str, tmp_path: Path, l1
         wrapper.close()
 
 
-def test_zero_byte_objects_store_a_zero_byte_file_and_hit(tmp_path: Path, l1: L1Manager,
+def test_zero_byte_objects_store_a_header_only_file_and_hit(tmp_path: Path, l1: L1Manager,
                                                           cache: Cache) -> None:
     layout = MemoryLayoutDesc([[0, 4]], [torch.float16])
     wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
                                  "serde": {"type": "identity"}}, l1)
     try:
         key = key_of(9)
-        assert cache.store(wrapper, [key], objects_for(layout, 1)) == L2StoreResult(True, 0)
-        assert (tmp_path / key_file_name(key)).stat().st_size == 0
+        stored = cache.store(wrapper, [key], objects_for(layout, 1))
+        assert stored == L2StoreResult(True, FRAME_HEADER_BYTES)  # an empty payload's frame
+        assert (tmp_path / key_file_name(key)).stat().st_size == FRAME_HEADER_BYTES
         bitmap, _ = cache.load(wrapper, [key], layout)
         assert bitmap.to_list() == [True]
         assert l1.memory_used_bytes() == 0

@@ -10,6 +10,7 @@ from datapath_driver import Cache, key_of, layout_bytes, objects_for
 from lmserde import MemoryLayoutDesc
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
     MemoryL2Adapter,
     SerdeChainProcessor,
     SerdeL2AdapterWrapper,
@@ -42,7 +43,8 @@ def test_heterogeneous_layouts_in_one_batch(serde: str, tmp_path: Path, l1: L1Ma
         if serde != "t_int8":
             assert all(torch.equal(layout_bytes(s), d) for s, d in zip(objs, data))
         estimates = [wrapper.serde.estimate_serialized_size(layout) for layout in MIXED]
-        assert [wrapper.get_object_sizes([k])[k] for k in keys] == estimates
+        stored = [FRAME_HEADER_BYTES + e for e in estimates]  # frame header + payload
+        assert [wrapper.get_object_sizes([k])[k] for k in keys] == stored
         assert l1.memory_used_bytes() == 0
     finally:
         wrapper.close()
@@ -62,7 +64,8 @@ def test_chain_quantize_then_checksum(tmp_path: Path, l1: L1Manager, cache: Cach
         keys = [key_of(i) for i in range(3)]
         objs = objects_for(layout, 3)
         assert cache.store(wrapper, keys, objs).is_successful()
-        assert (tmp_path / key_file_name(keys[0])).stat().st_size == 16 + int8_size
+        stored = FRAME_HEADER_BYTES + 16 + int8_size
+        assert (tmp_path / key_file_name(keys[0])).stat().st_size == stored
         bitmap, data = cache.load(wrapper, keys, layout)
         assert bitmap.count() == 3
         for src, got in zip(objs, data):
@@ -109,7 +112,7 @@ def test_multi_output_serde_end_to_end(tmp_path: Path, l1: L1Manager, cache: Cac
         keys = [key_of(i) for i in range(3)]
         objs = objects_for(KV2, 3)
         result = cache.store(wrapper, keys, objs)
-        assert result.bytes_transferred() == 3 * (27 + KV2.nbytes)
+        assert result.bytes_transferred() == 3 * (FRAME_HEADER_BYTES + 27 + KV2.nbytes)
         bitmap, data = cache.load(wrapper, keys, KV2)
         assert bitmap.count() == 3
         assert all(torch.equal(layout_bytes(s), d) for s, d in zip(objs, data))

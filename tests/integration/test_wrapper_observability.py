@@ -11,7 +11,7 @@ from datapath_driver import Cache, key_of, objects_for
 from lmserde import MemoryLayoutDesc, WrapperTaskEvent, hookimpl
 from lmserde.hooks import get_plugin_manager
 from lmserde.l1 import L1Manager
-from lmserde.l2 import create_l2_adapter, key_file_name
+from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name
 
 KV = MemoryLayoutDesc([[16, 2, 32]], [torch.float16])
 
@@ -41,7 +41,7 @@ def test_status_metrics_and_events(tmp_path: Path, l1: L1Manager, cache: Cache,
     try:
         keys = [key_of(i) for i in range(4)]
         assert cache.store(wrapper, keys, objects_for(KV, 4)).is_successful()
-        (tmp_path / key_file_name(keys[3])).write_bytes(b"")  # a short file: decode fails
+        (tmp_path / key_file_name(keys[3])).write_bytes(b"")  # a short file: refused, no frame
         bitmap, _ = cache.load(wrapper, [*keys, key_of(99)], KV)
         assert bitmap.to_list() == [True, True, True, False, False]
 
@@ -50,17 +50,21 @@ def test_status_metrics_and_events(tmp_path: Path, l1: L1Manager, cache: Cache,
         assert status["type"] == "fs"  # the inner adapter's own status is kept
         assert status["serde_type"] == "t_int8"
         metrics = status["serde_wrapper"]
-        serialized = 4 + KV.numel
+        serialized = FRAME_HEADER_BYTES + 4 + KV.numel  # stored bytes: frame header + payload
         assert metrics["store_tasks"] == 1 and metrics["store_ok"] == 1
         assert metrics["store_keys"] == 4
         assert metrics["store_bytes_kv"] == 4 * KV.nbytes
         assert metrics["store_bytes_serialized"] == 4 * serialized
         assert metrics["store_ratio"] == pytest.approx(serialized / KV.nbytes)
+        assert metrics["rejections"] == {"format": 1}
+        assert metrics["repaired"] == 1
+        assert not (tmp_path / key_file_name(keys[3])).exists()  # deleted: the next store rewrites
         assert metrics["load_tasks"] == 1 and metrics["load_keys"] == 5
         assert metrics["load_hits"] == 3
         assert metrics["load_bytes_serialized"] == 3 * serialized
         assert metrics["load_bytes_kv"] == 3 * KV.nbytes
-        assert metrics["failures"] == {"inner_load": 1, "deserialize": 1}
+        assert metrics["failures"] == {"inner_load": 1}
+        assert status["is_healthy"] is True and status["serde_framed"] is True
         for stage in ("serialize", "inner_store", "inner_load", "deserialize"):
             summary = metrics["latency_seconds"][stage]
             assert summary["count"] == 1
@@ -73,7 +77,8 @@ def test_status_metrics_and_events(tmp_path: Path, l1: L1Manager, cache: Cache,
         assert set(store_event.stage_seconds) == {"serialize", "inner_store"}
         assert store_event.serde_type == "t_int8"
         assert (load_event.operation, load_event.hits, load_event.ok) == ("load", 3, False)
-        assert load_event.failed_stage == "deserialize"
+        assert load_event.failed_stage == "verify"
+        assert load_event.rejected == {"format": 1}
         assert load_event.bytes_serialized == 3 * serialized
         assert set(load_event.stage_seconds) == {"inner_load", "deserialize"}
     finally:

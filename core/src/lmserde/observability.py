@@ -34,7 +34,9 @@ class WrapperTaskEvent:
 
     ``operation`` is ``"store"`` or ``"load"``; ``stage_seconds`` maps stage names (``serialize``,
     ``inner_store``, ``inner_load``, ``deserialize``) to their duration; ``failed_stage`` names the
-    stage where a store failed; ``hits`` counts keys loaded.
+    stage where a store failed; ``hits`` counts keys loaded; ``rejected`` counts, by reason, the
+    keys of a load whose stored object was refused (``format``, ``length``, ``config``, ``key``,
+    ``layout``, ``checksum``, ``decode``) — each is a miss, and was deleted from the adapter.
     """
 
     serde_type: str
@@ -47,3 +49,4 @@ class WrapperTaskEvent:
     bytes_serialized: int = 0
     failed_stage: str | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)

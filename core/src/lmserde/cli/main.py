@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from lmserde._version import __version__
-from lmserde.cli import info_command, plugins_command
+from lmserde.cli import info_command, plugins_command, scrub_command
 
 __all__ = ["build_parser", "main"]
 
@@ -21,12 +21,13 @@ EXIT_USAGE = 2
 def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmserde",
-        description="KV-cache serdes: list plugins, inspect them, benchmark them.",
+        description="KV-cache serdes: list plugins, inspect them, benchmark them, scrub L2.",
     )
     parser.add_argument("--version", action="version", version=f"lmserde {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     plugins_command.add_parser(sub)
     info_command.add_parser(sub)
+    scrub_command.add_parser(sub)
     _add_bench(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)

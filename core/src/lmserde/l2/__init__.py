@@ -29,9 +29,11 @@ from lmserde.l2.fault_adapter import FaultInjectingL2Adapter, FaultPlan, Injecte
 from lmserde.l2.fs_adapter import FSL2Adapter, key_file_name
 from lmserde.l2.interface import L2AdapterInterface, L2Listener, L2TaskId
 from lmserde.l2.memory_adapter import MemoryL2Adapter
+from lmserde.l2.scrub import ScrubReport, scrub_adapter
 from lmserde.l2.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
 from lmserde.l2.serde_wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
 from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS, FrameRejected, ObjectFramer
 from lmserde.l2.sync_driver import (
     load_sync,
     lookup_sync,
@@ -45,6 +47,7 @@ from lmserde.l2.usage import AdapterUsage
 from lmserde.l2.wrapper_metrics import LatencySummary, WrapperMetrics
 
 __all__ = [
+    "FRAME_HEADER_BYTES",
     "L1_WRITE_TAG",
     "L2_ADAPTER_GROUP",
     "AdapterTaskQueues",
@@ -54,6 +57,7 @@ __all__ = [
     "FSL2Adapter",
     "FaultInjectingL2Adapter",
     "FaultPlan",
+    "FrameRejected",
     "InjectedFaultError",
     "L2AdapterConfig",
     "L2AdapterFactory",
@@ -65,6 +69,9 @@ __all__ = [
     "L2TaskId",
     "LatencySummary",
     "MemoryL2Adapter",
+    "ObjectFramer",
+    "REJECT_REASONS",
+    "ScrubReport",
     "SerdeChainProcessor",
     "SerdeL2AdapterWrapper",
     "WrapperMetrics",
@@ -81,6 +88,7 @@ __all__ = [
     "parse_serde_config",
     "register_l2_adapter_type",
     "rescan_l2_adapter_plugins",
+    "scrub_adapter",
     "store_sync",
     "unregister_l2_adapter_type",
     "wait_for_load",

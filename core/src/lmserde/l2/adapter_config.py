@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 SerdeConfigValue = SerdeConfig | list[SerdeConfig]
+#: Spec keys read by the serde wrapper, never passed to the adapter itself.
+_WRAPPER_KEYS = ("type", "serde", "serde_frame")
 
 
 @dataclass
@@ -30,12 +32,15 @@ class L2AdapterConfig:
     """A parsed adapter spec: ``type``, the adapter's own ``options`` and the ``serde_config``.
 
     ``serde_config`` is ``None`` (unwrapped), one :class:`~lmserde.SerdeConfig`, or a list of
-    them (a chain, applied in order on store and in reverse on load).
+    them (a chain, applied in order on store and in reverse on load). ``serde_frame`` (spec key
+    ``"serde_frame"``, default true) says whether the serde wrapper frames stored objects; false
+    stores raw serde bytes, for an L2 shared with LMCache processes.
     """
 
     type: str
     options: dict[str, Any] = field(default_factory=dict)
     serde_config: SerdeConfigValue | None = None
+    serde_frame: bool = True
 
 
 def _parse_one_serde(value: Any) -> SerdeConfig:
@@ -75,9 +80,14 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
             f"an L2 adapter spec must include a 'type' field naming the adapter; known types: "
             f"{known}"
         )
-    options = {k: v for k, v in spec.items() if k not in ("type", "serde")}
+    options = {k: v for k, v in spec.items() if k not in _WRAPPER_KEYS}
     serde_config = parse_serde_config(spec["serde"]) if "serde" in spec else None
-    return L2AdapterConfig(adapter_type, options, serde_config)
+    frame = spec.get("serde_frame", True)
+    if not isinstance(frame, bool):
+        raise ValueError(f"'serde_frame' must be true or false, got {frame!r}")
+    if "serde_frame" in spec and serde_config is None:
+        raise ValueError("'serde_frame' only applies to an adapter with a 'serde'")
+    return L2AdapterConfig(adapter_type, options, serde_config, frame)
 
 
 def create_serde_for_config(
@@ -101,14 +111,16 @@ def create_serde_for_config(
 
 
 def create_l2_adapter(
-    spec: Mapping[str, Any] | L2AdapterConfig, l1_manager: L1Manager | None = None
+    spec: Mapping[str, Any] | L2AdapterConfig, l1_manager: L1Manager | None = None,
+    *, repair: bool = True,
 ) -> L2AdapterInterface:
     """Build the adapter a spec names, wrapped in a serde wrapper when it has a ``serde``.
 
     Unknown adapter types raise ``ValueError`` listing the known ones; adapter options are
     validated against the type's declared options. A ``serde`` needs ``l1_manager`` (its
     temporary buffers live there). An ``UPPER_BOUND`` serde on an adapter that cannot report
-    stored sizes is refused here. Nothing is leaked when building fails.
+    stored sizes is refused here. Nothing is leaked when building fails. ``repair=False`` makes
+    the serde wrapper leave refused objects in place (for tools that only inspect, like scrub).
     """
     config = spec if isinstance(spec, L2AdapterConfig) else parse_l2_adapter_spec(spec)
     if config.serde_config is not None and l1_manager is None:
@@ -128,7 +140,8 @@ def create_l2_adapter(
         processor, serde_type, contract = create_serde_for_config(config.serde_config)
         assert l1_manager is not None
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
-                                     size_contract=contract)
+                                     size_contract=contract, frame=config.serde_frame,
+                                     repair=repair)
     except BaseException:
         if processor is not None:
             processor.close()

@@ -1,10 +1,17 @@
 """``SerdeL2AdapterWrapper``: runs every stored object through a serde, and every load back.
 
 Store: temporary byte buffers are reserved in L1 (one batch, each sized from its own object's
-layout), the serde serializes into them, the inner adapter stores them under the original keys,
-and the temporaries are released. Load: temporaries sized to the stored payload are filled by the
-inner adapter and deserialized into the caller's objects, key by key: a key whose bytes do not
-decode is a miss for that key only. Every failure releases every temporary.
+layout), the serde serializes into them, the wrapper seals each one in a stored-object frame
+(:mod:`lmserde.l2.stored_frame`), the inner adapter stores them under the original keys, and the
+temporaries are released. Load: temporaries sized to the stored object are filled by the inner
+adapter, each frame is verified, and the payloads are deserialized into the caller's objects, key
+by key: a key whose bytes fail a check or do not decode is a miss for that key only, counted by
+reason, and is removed from the inner adapter so that the next store writes it again. Every
+failure releases every temporary.
+
+This module is over 400 lines because it is one state machine (serialize → inner store, inner
+load → verify → deserialize) whose stages share the task table and lock; the frame format, the
+metrics and the queues live in their own modules.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from lmserde.l2.inner_delegation import InnerAdapterDelegation, adapter_reports_
 from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.poll_loop import PollLoop
 from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer
 from lmserde.l2.task_queues import AdapterTaskQueues
 from lmserde.l2.wrapper_metrics import WrapperMetrics
 from lmserde.layout import MemoryLayoutDesc
@@ -37,7 +45,8 @@ from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
 from lmserde.observability import WrapperTaskEvent
 from lmserde.spec import SerdeSizeContract
 
-__all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR"]
+__all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
+           "UNHEALTHY_AFTER_FAILURES"]
 
 _log = logging.getLogger(__name__)
 
@@ -48,6 +57,9 @@ UPPER_BOUND_PAIRING_ERROR = (
     "contract; unsupported pairing(s): "
 )
 _ESTIMATE_CACHE_LIMIT = 256
+#: ``report_status()["is_healthy"]`` turns false after this many consecutive failed store tasks,
+#: or load tasks that had a key rejected or failing inside the wrapper.
+UNHEALTHY_AFTER_FAILURES = 8
 
 
 class _Phase(enum.Enum):
@@ -68,12 +80,16 @@ class _Task:
     stage_started: float
     bytes_kv: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    layouts: list[MemoryLayoutDesc] = field(default_factory=list)  # object layout per temp
+    bounds: list[int] = field(default_factory=list)  # serde bound (payload bytes) per temp
+    payloads: list[Any] = field(default_factory=list)  # what the serde wrote into / read from
     # load only
     num_keys: int = 0
     positions: list[int] = field(default_factory=list)  # caller index of each temp
     dst_items: list[Any] = field(default_factory=list)  # deserialize destination per temp
     hit_slots: list[int] = field(default_factory=list)  # temp indices sent to deserialize
     missed_by_size: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
 
     def end_stage(self, name: str, now: float) -> float:
         seconds = now - self.stage_started
@@ -109,16 +125,31 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     contract registered for ``serde_type``, else ``UPPER_BOUND``; an ``UPPER_BOUND`` serde on an
     adapter that cannot report object sizes is refused with ``ValueError`` here, at construction.
 
-    Store results are the inner results (serialized byte counts); any failure gives
-    ``L2StoreResult(False, 0)``, immediately when it happens inside ``submit_store_task``. Load
-    results are per key: inner misses, keys whose stored payload exceeds the serde's bound and keys
-    that fail to deserialize are misses; the other keys of the batch still hit (per-key outcomes
-    need a processor with ``query_deserialize_outcome``; other processors fail the whole batch).
+    With ``frame=True`` (the default) every stored object is a stored-object frame: a 64-byte
+    header (format version, the fingerprint of the serde's ``get_config()``, the object key and
+    layout, the payload length and an XXH3-64 checksum of the payload, skipped when the serde
+    ``authenticates_output()``) followed by the serde's bytes. ``frame=False`` stores the serde's
+    bytes alone, as LMCache does — for an L2 shared with LMCache processes; it gives up the
+    detection of corrupted, moved and foreign objects for serdes without their own checks.
 
-    Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in serialized bytes).
-    ``report_status()`` adds ``serde_wrapped: True``, ``serde_type`` and ``serde_wrapper`` (the
-    :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics` snapshot); each finished task is also
-    emitted as a :class:`~lmserde.WrapperTaskEvent`.
+    A serialize result is checked before anything is written: the serde must have written at most
+    its estimate, and exactly its estimate under an ``EXACT`` size contract.
+
+    Store results are the inner results (bytes written, frames included); any failure gives
+    ``L2StoreResult(False, 0)``, immediately when it happens inside ``submit_store_task``. Load
+    results are per key: inner misses, keys whose stored object fails a frame check (reasons
+    ``format``, ``length``, ``config``, ``key``, ``layout``, ``checksum``) and keys that fail to
+    deserialize (``decode``) are misses; the other keys of the batch still hit (per-key outcomes
+    need a processor with ``query_deserialize_outcome``; other processors fail the whole batch).
+    A rejected key is deleted from ``inner`` (self-repair: the next store writes it again) unless
+    ``repair=False`` (``lmserde scrub`` without ``--delete`` looks without touching).
+
+    Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
+    ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
+    ``serde_wrapper`` (the :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics` snapshot, with
+    ``rejections`` by reason and ``repaired``); its ``is_healthy`` is false while the inner adapter
+    is unhealthy or after :data:`UNHEALTHY_AFTER_FAILURES` consecutive failing stores or loads.
+    Each finished task is also emitted as a :class:`~lmserde.WrapperTaskEvent`.
     """
 
     def __init__(
@@ -129,6 +160,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         *,
         serde_type: str | None = None,
         size_contract: SerdeSizeContract | None = None,
+        frame: bool = True,
+        repair: bool = True,
     ) -> None:
         super().__init__(inner_adapter.max_capacity_bytes)
         self._inner = inner_adapter
@@ -144,6 +177,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
+        self._framer = self._make_framer(serde) if frame else None
+        self._repair = bool(repair)
         self._in_map = serde.input_slot_mapping()
         self._out_map = serde.output_slot_mapping()
         self._has_outcomes = callable(getattr(serde, "query_deserialize_outcome", None))
@@ -157,6 +192,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
                 "must be four distinct file descriptors"
             )
         self._metrics = WrapperMetrics()
+        self._consecutive_failures = {"store": 0, "load": 0}
         self._estimates: dict[MemoryLayoutDesc, int] = {}
         self._temp_layouts: dict[int, MemoryLayoutDesc] = {}
         self._lock = threading.Lock()
@@ -171,6 +207,20 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             self._loop.add_fd(fd, handler)
         self._loop.start()
 
+    def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
+        try:
+            get_config = getattr(serde, "get_config", None)
+            config = get_config() if callable(get_config) else {"type": self.serde_type}
+            authenticates = getattr(serde, "authenticates_output", None)
+            authenticated = bool(authenticates()) if callable(authenticates) else False
+            framer = ObjectFramer(config, checksum=not authenticated)
+        except BaseException as exc:
+            raise ValueError(
+                f"serde '{self.serde_type}': cannot build the stored-object frame from its config: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return framer
+
     # -- accessors ------------------------------------------------------------------------------
 
     @property
@@ -184,6 +234,20 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     @property
     def l1_manager(self) -> L1Manager:
         return self._l1
+
+    @property
+    def framed(self) -> bool:
+        """Whether stored objects carry the stored-object frame."""
+        return self._framer is not None
+
+    @property
+    def framer(self) -> ObjectFramer | None:
+        """The frame codec of this wrapper's serde configuration (``None`` when not framing)."""
+        return self._framer
+
+    def payload_bound(self, layout: MemoryLayoutDesc) -> int:
+        """The serde's bound on the payload of an object of ``layout`` (frame excluded)."""
+        return self._estimate(layout)
 
     @property
     def adapter_type(self) -> str:  # type: ignore[override]
@@ -202,8 +266,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     # -- sizing and items -----------------------------------------------------------------------
 
     def _estimate(self, layout: MemoryLayoutDesc) -> int:
+        """The serde's bound for ``layout`` (cached); a layout the frame cannot describe raises."""
         size = self._estimates.get(layout)
         if size is None:
+            if self._framer is not None:
+                self._framer.check_layout(layout)
             arg: Any = layout if self._in_map is None else layout_desc_to_group(layout, self._in_map)
             size = int(self._serde.estimate_serialized_size(arg))
             if size < 0:
@@ -212,6 +279,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
                 self._estimates.clear()
             self._estimates[layout] = size
         return size
+
+    def _stored_bound(self, payload_bound: int) -> int:
+        """Largest stored object for a serde bound: the frame header is added when framing."""
+        return payload_bound + (FRAME_HEADER_BYTES if self._framer is not None else 0)
 
     def _temp_layout(self, size: int) -> MemoryLayoutDesc:
         layout = self._temp_layouts.get(size)
@@ -295,27 +366,29 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             self._finish_store(task, L2StoreResult(True, 0), None)
             return task_id
         try:
-            layouts = [_layout_of(o) for o in objects]
-            items = [self._serialize_item(o, lay) for o, lay in zip(objects, layouts)]
-            sizes = [self._estimate(lay) for lay in layouts]
+            task.layouts = [_layout_of(o) for o in objects]
+            items = [self._serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
+            task.bounds = [self._estimate(lay) for lay in task.layouts]
             task.bytes_kv = sum(o.get_size() for o in objects)
         except Exception as exc:  # bad input fails this task only
             _log.warning("serde wrapper: store task %d rejected: %s", task_id, exc)
             self._finish_store(task, L2StoreResult(False, 0), "prepare")
             return task_id
         task.temp_keys = [make_temp_key(k) for k in keys]
-        temps = self._reserve_temps(task.temp_keys, sizes)
+        temps = self._reserve_temps(task.temp_keys, [self._stored_bound(b) for b in task.bounds])
         if temps is None:
             self._finish_store(task, L2StoreResult(False, 0), "reserve")
             return task_id
         task.temps = temps
+        task.payloads = (temps if self._framer is None else
+                         [self._framer.payload_view(t, b) for t, b in zip(temps, task.bounds)])
         failure: str | None = None
         with self._lock:
             if self._closed:
                 failure = "closed"
             else:
                 try:
-                    serde_id = self._serde.submit_serialize(items, temps, keys)
+                    serde_id = self._serde.submit_serialize(items, task.payloads, keys)
                 except Exception as exc:
                     _log.warning("serde wrapper: submit_serialize raised: %s", exc)
                     failure = "serialize_submit"
@@ -350,6 +423,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             self._release_written(task.temp_keys)
             self._finish_store(task, L2StoreResult(False, 0), "serialize")
             return
+        try:
+            self._seal(task)
+        except ValueError as exc:
+            _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
+                         task.task_id, self.serde_type, exc)
+            self._release_written(task.temp_keys)
+            self._finish_store(task, L2StoreResult(False, 0), "output_contract")
+            return
         result = self._l1.finish_write_and_reserve_read(task.temp_keys, 1, tag=L1_WRITE_TAG)
         locked = [k for k in task.temp_keys if result[k][0] is L1Error.SUCCESS]
         if len(locked) != len(task.temp_keys):
@@ -371,6 +452,23 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         with self._lock:
             self._inner_storing[inner_id] = task
 
+    def _seal(self, task: _Task) -> None:
+        """Check what the serde wrote against its bound and contract, then frame each object.
+
+        Raises ``ValueError`` when an object breaks the output contract; nothing is stored then.
+        """
+        for i, (temp, payload, bound) in enumerate(zip(task.temps, task.payloads, task.bounds)):
+            written = payload.get_size()
+            if not 0 <= written <= bound:
+                raise ValueError(f"object {i}: wrote {written} bytes, outside its estimate {bound}")
+            if self.size_contract is SerdeSizeContract.EXACT and written != bound:
+                raise ValueError(
+                    f"object {i}: wrote {written} bytes under an EXACT size contract "
+                    f"(estimate {bound})"
+                )
+            if self._framer is not None:
+                self._framer.seal(temp, written, task.keys[i], task.layouts[i])
+
     def _drain_inner_store(self) -> None:
         done = self._inner.pop_completed_store_tasks()
         with self._lock:
@@ -390,6 +488,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         self._metrics.record_store(ok, task.num_keys, task.bytes_kv, serialized)
         if failed_stage is not None:
             self._metrics.record_failure(failed_stage)
+        if failed_stage != "closed":
+            self._count_outcome("store", ok)
         emit_wrapper_task_event(WrapperTaskEvent(
             serde_type=self.serde_type, operation="store", task_id=task.task_id,
             num_keys=task.num_keys, ok=ok, bytes_kv=task.bytes_kv if ok else 0,
@@ -422,19 +522,25 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             self._finish_load(task, Bitmap(len(keys)), "prepare")
             return task_id
         stored = self._stored_sizes(keys)
+        oversized: list[ObjectKey] = []
         for i, key in enumerate(keys):
             size = stored.get(key)
-            if size is not None and size > bounds[i]:
-                task.missed_by_size += 1  # larger than the serde can ever write: not its bytes
+            if size is not None and size > self._stored_bound(bounds[i]):
+                oversized.append(key)  # larger than the serde can ever write: not its bytes
                 continue
             task.positions.append(i)
+        if oversized:
+            task.missed_by_size = len(oversized)
+            self._reject(task, "length", oversized)
         if not task.positions:
             self._finish_load(task, Bitmap(len(keys)), "stored_size" if stored else None)
             return task_id
         load_keys = [keys[i] for i in task.positions]
         task.dst_items = [dst_items[i] for i in task.positions]
+        task.layouts = [layouts[i] for i in task.positions]
+        task.bounds = [bounds[i] for i in task.positions]
         task.temp_keys = [make_temp_key(k) for k in load_keys]
-        temps = self._reserve_temps(task.temp_keys, [bounds[i] for i in task.positions])
+        temps = self._reserve_temps(task.temp_keys, [self._stored_bound(b) for b in task.bounds])
         if temps is None:
             self._finish_load(task, Bitmap(len(keys)), "reserve")
             return task_id
@@ -500,18 +606,19 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             raise RuntimeError(
                 f"inner adapter returned {len(bitmap)} bits for {len(task.temps)} keys"
             )
-        task.hit_slots = bitmap.set_indices()
-        self._metrics.record_failure("inner_load", len(task.temps) - len(task.hit_slots))
+        hits = bitmap.set_indices()
+        self._metrics.record_failure("inner_load", len(task.temps) - len(hits))
+        task.hit_slots = self._verify(task, hits)
         if not task.hit_slots:
             self._release_written(task.temp_keys)
-            self._finish_load(task, Bitmap(task.num_keys), None)
+            self._finish_load(task, Bitmap(task.num_keys), "verify" if hits else None)
             return
         task.phase = _Phase.DESERIALIZE
         slots = task.hit_slots
         with self._lock:
             try:
                 serde_id = self._serde.submit_deserialize(
-                    [task.temps[j] for j in slots], [task.dst_items[j] for j in slots],
+                    [task.payloads[j] for j in slots], [task.dst_items[j] for j in slots],
                     [task.keys[task.positions[j]] for j in slots])
             except Exception as exc:
                 _log.warning("serde wrapper: submit_deserialize raised: %s", exc)
@@ -522,6 +629,47 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             self._release_written(task.temp_keys)
             self._metrics.record_failure("deserialize_submit", len(slots))
             self._finish_load(task, Bitmap(task.num_keys), "deserialize_submit")
+
+    def _verify(self, task: _Task, hits: list[int]) -> list[int]:
+        """Open the frame of every hit temporary; returns the slots that passed.
+
+        ``task.payloads`` gets, per temporary, what the serde will decode (the temporary itself
+        when not framing). Refused keys are counted by reason and deleted from the inner adapter.
+        """
+        if self._framer is None:
+            task.payloads = list(task.temps)
+            return hits
+        task.payloads = [None] * len(task.temps)
+        passed: list[int] = []
+        refused: dict[str, list[ObjectKey]] = {}
+        for j in hits:
+            key = task.keys[task.positions[j]]
+            try:
+                task.payloads[j] = self._framer.open(task.temps[j], key, task.layouts[j],
+                                                     task.bounds[j])
+            except FrameRejected as exc:
+                _log.warning("serde wrapper: stored object for key %s refused (%s)",
+                             key.chunk_hash.hex(), exc)
+                refused.setdefault(exc.reason, []).append(key)
+                continue
+            passed.append(j)
+        for reason, keys in refused.items():
+            self._reject(task, reason, keys)
+        return passed
+
+    def _reject(self, task: _Task, reason: str, keys: list[ObjectKey]) -> None:
+        """Count ``keys`` as refused for ``reason`` and delete them from the inner adapter."""
+        task.rejected[reason] = task.rejected.get(reason, 0) + len(keys)
+        self._metrics.record_rejection(reason, len(keys))
+        if not self._repair:
+            return
+        try:
+            self._inner.delete(keys)
+        except Exception as exc:  # repair is best effort; the keys are misses either way
+            _log.warning("serde wrapper: deleting %d refused objects failed: %s: %s", len(keys),
+                         type(exc).__name__, exc)
+            return
+        self._metrics.record_repaired(len(keys))
 
     def _drain_deserialize(self) -> None:
         with self._lock:
@@ -553,14 +701,20 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
                                    task.end_stage("deserialize", time.perf_counter()))
         final = Bitmap(task.num_keys)
         serialized = 0
+        undecodable: list[ObjectKey] = []
         for slot, ok in zip(task.hit_slots, oks):
             if ok:
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
-        failed = len(oks) - sum(oks)
+            else:
+                undecodable.append(task.keys[task.positions[slot]])
+        failed = len(undecodable)
         self._metrics.record_failure("deserialize", failed)
+        if undecodable:
+            self._reject(task, "decode", undecodable)
         self._release_written(task.temp_keys)
-        self._finish_load(task, final, "deserialize" if failed else None, serialized)
+        stage = "deserialize" if failed else ("verify" if task.rejected else None)
+        self._finish_load(task, final, stage, serialized)
 
     def _finish_load(
         self, task: _Task, bitmap: Bitmap, failed_stage: str | None, serialized: int = 0
@@ -575,11 +729,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
                 if bitmap.test(task.positions[slot]):
                     bytes_kv += item_size(task.dst_items[slot])
         self._metrics.record_load(task.num_keys, hits, serialized, bytes_kv)
+        broken = bool(task.rejected) or failed_stage in ("internal", "deserialize_submit",
+                                                          "reserve")
+        self._count_outcome("load", not broken)
         emit_wrapper_task_event(WrapperTaskEvent(
             serde_type=self.serde_type, operation="load", task_id=task.task_id,
             num_keys=task.num_keys, ok=hits == task.num_keys, hits=hits, bytes_kv=bytes_kv,
             bytes_serialized=serialized, failed_stage=failed_stage,
-            stage_seconds=dict(task.stage_seconds),
+            stage_seconds=dict(task.stage_seconds), rejected=dict(task.rejected),
         ))
         self._queues.load.complete(task.task_id, bitmap)
 
@@ -588,12 +745,24 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     # -- pass-through ---------------------------------------------------------------------------
 
+    def _count_outcome(self, operation: str, ok: bool) -> None:
+        with self._lock:
+            self._consecutive_failures[operation] = (
+                0 if ok else self._consecutive_failures[operation] + 1)
+
     def report_status(self) -> dict[str, Any]:
+        """The inner adapter's status plus the wrapper's; ``is_healthy`` also reflects failures."""
         status = dict(self._inner.report_status())
+        with self._lock:
+            failing = dict(self._consecutive_failures)
         status["serde_wrapped"] = True
         status["serde_type"] = self.serde_type
         status["serde_size_contract"] = self.size_contract.value
+        status["serde_framed"] = self._framer is not None
         status["serde_wrapper"] = self._metrics.snapshot()
+        status["serde_consecutive_failures"] = failing
+        status["is_healthy"] = (bool(status.get("is_healthy", True)) and not self._closed
+                                and max(failing.values()) < UNHEALTHY_AFTER_FAILURES)
         return status
 
     # -- lifecycle ------------------------------------------------------------------------------

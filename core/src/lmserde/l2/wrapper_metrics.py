@@ -70,6 +70,8 @@ class WrapperMetrics:
             "load_bytes_serialized": 0, "load_bytes_kv": 0,
         }
         self._failures: dict[str, int] = {}
+        self._rejections: dict[str, int] = {}
+        self._repaired = 0
         self._latency = {stage: LatencySummary() for stage in STAGES}
 
     def record_stage(self, stage: str, seconds: float) -> None:
@@ -81,6 +83,18 @@ class WrapperMetrics:
             return
         with self._lock:
             self._failures[stage] = self._failures.get(stage, 0) + n
+
+    def record_rejection(self, reason: str, n: int = 1) -> None:
+        """``n`` loaded keys whose stored object was refused for ``reason``."""
+        if n <= 0:
+            return
+        with self._lock:
+            self._rejections[reason] = self._rejections.get(reason, 0) + n
+
+    def record_repaired(self, n: int) -> None:
+        """``n`` refused objects deleted from the inner adapter."""
+        with self._lock:
+            self._repaired += n
 
     def record_store(self, ok: bool, keys: int, bytes_kv: int, bytes_serialized: int) -> None:
         with self._lock:
@@ -102,10 +116,14 @@ class WrapperMetrics:
             c["load_bytes_kv"] += bytes_kv
 
     def snapshot(self) -> dict[str, Any]:
-        """A plain-dict copy: counts, ``failures`` by stage, ``latency_seconds`` by stage."""
+        """A plain-dict copy: counts, ``failures`` by stage, ``rejections`` by reason (loaded keys
+        whose stored object was refused), ``repaired`` (refused objects deleted from the inner
+        adapter), ``latency_seconds`` by stage."""
         with self._lock:
             out: dict[str, Any] = dict(self._counts)
             out["failures"] = dict(self._failures)
+            out["rejections"] = dict(self._rejections)
+            out["repaired"] = self._repaired
             out["latency_seconds"] = {s: v.snapshot() for s, v in self._latency.items()}
         kv, ser = out["store_bytes_kv"], out["store_bytes_serialized"]
         out["store_ratio"] = ser / kv if kv else 0.0

@@ -1,0 +1,379 @@
+"""The stored-object frame: a 64-byte header the serde wrapper writes in front of every object.
+
+The header says what wrote the payload and for which key, so that a load can refuse bytes that
+are not the right ones before any serde decodes them. All integers are little-endian::
+
+    offset size field
+     0      4   magic  b"LMSF"
+     4      1   frame version (1)
+     5      1   flags: bit 0 = payload checksum present, bit 1 = layout stored inline
+     6      2   reserved, zero
+     8      8   payload length in bytes
+    16      8   payload checksum: XXH3-64 of the payload (0 when bit 0 is clear)
+    24      8   config fingerprint: XXH3-64 of the serde's canonical config (``get_config()``)
+    32      8   key fingerprint: XXH3-64 of the object key's fields
+    40     20   layout: inline encoding (bit 1 set) or the XXH3-64 of that encoding, zero-padded
+    60      4   header checksum: low 32 bits of XXH3-64 of bytes 0..59
+
+The payload (the serde's output) follows at offset 64, so it stays 64-byte aligned. Every check
+raises :class:`FrameRejected` with a ``reason`` (:data:`REJECT_REASONS`); the wrapper turns it
+into a miss for that key. The fingerprints detect accidents (a moved file, a changed config,
+bit rot), not an adversary who can rewrite the file: tenant isolation against tampering is the
+job of an authenticating serde (aesgcm frame v2), which is why such a serde may skip the
+payload checksum.
+
+XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
+measurement over CRC32C: see ``docs/formats/stored-object.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import xxhash
+
+from lmserde.keys import ObjectKey
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
+
+__all__ = [
+    "FRAME_MAGIC",
+    "FRAME_VERSION",
+    "FRAME_HEADER_BYTES",
+    "REJECT_REASONS",
+    "FrameRejected",
+    "FrameHeader",
+    "config_fingerprint",
+    "key_fingerprint",
+    "encode_layout",
+    "decode_layout",
+    "payload_checksum",
+    "layout_field",
+    "build_header",
+    "parse_header",
+    "check_header",
+    "check_payload",
+    "ObjectFramer",
+]
+
+FRAME_MAGIC = b"LMSF"
+FRAME_VERSION = 1
+FRAME_HEADER_BYTES = 64
+
+#: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode).
+REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode")
+
+FLAG_CHECKSUM = 0x01
+FLAG_LAYOUT_INLINE = 0x02
+_KNOWN_FLAGS = FLAG_CHECKSUM | FLAG_LAYOUT_INLINE
+
+_HEAD = struct.Struct("<4sBBHQQQQ20s")  # bytes 0..59
+_LAYOUT_FIELD = 20
+_HEADER_CHECKSUM = struct.Struct("<I")
+assert _HEAD.size + _HEADER_CHECKSUM.size == FRAME_HEADER_BYTES
+
+#: Stable one-byte codes of the dtypes a layout may use. Never renumber: codes are on disk.
+_DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.uint8: 1, torch.int8: 2, torch.int16: 3, torch.int32: 4, torch.int64: 5,
+    torch.float16: 6, torch.bfloat16: 7, torch.float32: 8, torch.float64: 9, torch.bool: 10,
+    torch.float8_e4m3fn: 11, torch.float8_e5m2: 12, torch.uint16: 13, torch.uint32: 14,
+    torch.uint64: 15, torch.complex64: 16, torch.complex128: 17,
+}
+_CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
+
+
+class FrameRejected(ValueError):
+    """A stored object failed a frame check; ``reason`` is one of :data:`REJECT_REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in REJECT_REASONS:
+            raise ValueError(f"unknown reject reason {reason!r}")
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """A parsed header (its own checksum already verified)."""
+
+    payload_length: int
+    payload_checksum: int | None  # None: the writer skipped it (authenticating serde)
+    config_fingerprint: int
+    key_fingerprint: int
+    layout_field: bytes  # inline layout encoding, or the 8-byte digest of it
+    layout_inline: bool
+
+    def layout(self) -> MemoryLayoutDesc | None:
+        """The object's layout when it was stored inline, else ``None``."""
+        return decode_layout(self.layout_field) if self.layout_inline else None
+
+
+def _xxh64(data: Any) -> int:
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def _canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      default=str).encode("ascii")
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> int:
+    """Fingerprint of a canonical serde config (the dict ``SerdeProcessor.get_config()`` returns)."""
+    return _xxh64(_canonical_json(config))
+
+
+def key_fingerprint(key: ObjectKey) -> int:
+    """Fingerprint of every field of ``key`` (length-prefixed, so fields cannot run together)."""
+    model = key.model_name.encode("utf-8", "surrogatepass")
+    salt = key.cache_salt.encode("utf-8", "surrogatepass")
+    packed = b"".join((
+        struct.pack("<I", len(key.chunk_hash)), key.chunk_hash,
+        struct.pack("<I", len(model)), model,
+        struct.pack("<qQ", key.kv_rank, key.object_group_id),
+        struct.pack("<I", len(salt)), salt,
+    ))
+    return _xxh64(packed)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_layout(layout: MemoryLayoutDesc) -> bytes:
+    """``num_groups`` then, per group, dtype code, rank and each dimension as a LEB128 varint."""
+    out = bytearray([layout.num_groups])
+    if layout.num_groups > 255:
+        raise ValueError(f"a layout of {layout.num_groups} groups cannot be framed (at most 255)")
+    for shape, dtype in zip(layout.shapes, layout.dtypes):
+        code = _DTYPE_CODES.get(dtype)
+        if code is None:
+            raise ValueError(f"dtype {dtype} has no stored-object frame code")
+        if len(shape) > 255:
+            raise ValueError(f"a shape of rank {len(shape)} cannot be framed (at most 255)")
+        out += bytes([code, len(shape)])
+        for dim in shape:
+            out += _varint(int(dim))
+    return bytes(out)
+
+
+def decode_layout(data: bytes) -> MemoryLayoutDesc:
+    """Inverse of :func:`encode_layout`; trailing zero padding is ignored.
+
+    Raises :class:`FrameRejected` (``format``) for an encoding that does not parse.
+    """
+    pos = 0
+
+    def take() -> int:
+        nonlocal pos
+        if pos >= len(data):
+            raise FrameRejected("format", "layout field ends inside the layout")
+        value = data[pos]
+        pos += 1
+        return value
+
+    def varint() -> int:
+        value = shift = 0
+        while True:
+            byte = take()
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise FrameRejected("format", "layout dimension does not fit 64 bits")
+
+    groups = take()
+    shapes: list[list[int]] = []
+    dtypes: list[torch.dtype] = []
+    for _ in range(groups):
+        code = take()
+        dtype = _CODE_DTYPES.get(code)
+        if dtype is None:
+            raise FrameRejected("format", f"unknown dtype code {code} in layout")
+        rank = take()
+        shapes.append([varint() for _ in range(rank)])
+        dtypes.append(dtype)
+    if any(data[pos:]):
+        raise FrameRejected("format", "non-zero bytes after the layout")
+    return MemoryLayoutDesc(shapes, dtypes)
+
+
+def layout_field(layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
+    """The 20-byte layout field of ``layout`` and whether it is stored inline."""
+    encoded = encode_layout(layout)
+    if len(encoded) <= _LAYOUT_FIELD:
+        return encoded.ljust(_LAYOUT_FIELD, b"\0"), True
+    return struct.pack("<Q", _xxh64(encoded)).ljust(_LAYOUT_FIELD, b"\0"), False
+
+
+def payload_checksum(payload: torch.Tensor) -> int:
+    """XXH3-64 of a contiguous 1-D uint8 CPU tensor's bytes (no copy)."""
+    if payload.numel() == 0:
+        return _xxh64(b"")
+    return _xxh64(memoryview(payload.numpy()))
+
+
+def build_header(
+    *,
+    payload_length: int,
+    checksum: int | None,
+    config_id: int,
+    key: ObjectKey,
+    layout_bytes: tuple[bytes, bool],
+) -> bytes:
+    """The 64 header bytes for one object (``checksum=None``: no payload checksum)."""
+    field, inline = layout_bytes
+    flags = (FLAG_CHECKSUM if checksum is not None else 0) | (FLAG_LAYOUT_INLINE if inline else 0)
+    head = _HEAD.pack(FRAME_MAGIC, FRAME_VERSION, flags, 0, payload_length, checksum or 0,
+                      config_id, key_fingerprint(key), field)
+    return head + _HEADER_CHECKSUM.pack(_xxh64(head) & 0xFFFFFFFF)
+
+
+def parse_header(header: bytes | memoryview) -> FrameHeader:
+    """Parse and self-check 64 header bytes; :class:`FrameRejected` (``format``) if they are not one."""
+    if len(header) < FRAME_HEADER_BYTES:
+        raise FrameRejected("format", f"object of {len(header)} bytes is shorter than the header")
+    raw = bytes(header[:FRAME_HEADER_BYTES])
+    magic, version, flags, reserved, length, checksum, config_id, key_id, field = _HEAD.unpack_from(raw)
+    if magic != FRAME_MAGIC:
+        raise FrameRejected("format", f"bad magic {magic!r} (not an lmserde stored object)")
+    (stored_check,) = _HEADER_CHECKSUM.unpack_from(raw, _HEAD.size)
+    if stored_check != _xxh64(raw[: _HEAD.size]) & 0xFFFFFFFF:
+        raise FrameRejected("format", "header checksum mismatch")
+    if version != FRAME_VERSION:
+        raise FrameRejected("format", f"frame version {version} is not supported (this is {FRAME_VERSION})")
+    if flags & ~_KNOWN_FLAGS or reserved:
+        raise FrameRejected("format", f"unknown flags 0x{flags:02x} / reserved 0x{reserved:04x}")
+    inline = bool(flags & FLAG_LAYOUT_INLINE)
+    return FrameHeader(
+        payload_length=length,
+        payload_checksum=checksum if flags & FLAG_CHECKSUM else None,
+        config_fingerprint=config_id,
+        key_fingerprint=key_id,
+        layout_field=field if inline else field[:8],
+        layout_inline=inline,
+    )
+
+
+def check_header(
+    header: FrameHeader,
+    *,
+    stored_payload_bytes: int,
+    payload_bound: int,
+    config_id: int,
+    key: ObjectKey,
+    layout_bytes: tuple[bytes, bool] | None,
+) -> None:
+    """Check a parsed header against what the reader expects; raises :class:`FrameRejected`.
+
+    Order: length, config, key, layout (skipped when ``layout_bytes`` is ``None``); the payload
+    checksum is :func:`check_payload`'s job.
+    """
+    if header.payload_length != stored_payload_bytes or header.payload_length > payload_bound:
+        raise FrameRejected(
+            "length", f"header says {header.payload_length} payload bytes, the object holds "
+            f"{stored_payload_bytes} (bound {payload_bound})")
+    if header.config_fingerprint != config_id:
+        raise FrameRejected("config", "written by another serde configuration")
+    if header.key_fingerprint != key_fingerprint(key):
+        raise FrameRejected("key", "written for another key")
+    if layout_bytes is None:
+        return
+    field, inline = layout_bytes
+    expected = field if inline else field[:8]
+    if header.layout_inline != inline or header.layout_field != expected:
+        raise FrameRejected("layout", "written for an object of another layout")
+
+
+def check_payload(header: FrameHeader, payload: torch.Tensor, *, required: bool) -> None:
+    """Verify the payload checksum; a missing one is refused when ``required``."""
+    if header.payload_checksum is None:
+        if required:
+            raise FrameRejected("checksum", "no payload checksum, and this serde needs one")
+        return
+    if payload_checksum(payload) != header.payload_checksum:
+        raise FrameRejected("checksum", "payload checksum mismatch")
+
+
+def _payload_obj(raw: torch.Tensor) -> TensorMemoryObj:
+    return TensorMemoryObj.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
+                                fmt=MemoryFormat.BINARY_BUFFER)
+
+
+class ObjectFramer:
+    """Frames the objects of one serde configuration: seals them on store, opens them on load.
+
+    ``config`` is the serde's canonical config; ``checksum`` says whether payloads get one (an
+    authenticating serde may skip it). Buffers are byte objects of ``FRAME_HEADER_BYTES`` plus
+    the serde's bound; the payload lives at offset ``FRAME_HEADER_BYTES``. Thread-safe.
+    """
+
+    _LAYOUT_CACHE_LIMIT = 256
+
+    def __init__(self, config: Mapping[str, Any], *, checksum: bool) -> None:
+        self.config_id = config_fingerprint(config)
+        self.checksum = checksum
+        self._layouts: dict[MemoryLayoutDesc, tuple[bytes, bool]] = {}
+
+    def _layout_field(self, layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
+        field = self._layouts.get(layout)
+        if field is None:
+            if len(self._layouts) >= self._LAYOUT_CACHE_LIMIT:
+                self._layouts.clear()
+            field = self._layouts[layout] = layout_field(layout)
+        return field
+
+    def check_layout(self, layout: MemoryLayoutDesc) -> None:
+        """Raise ``ValueError`` when ``layout`` cannot be framed (unknown dtype, > 255 groups)."""
+        self._layout_field(layout)
+
+    @staticmethod
+    def payload_view(buffer: MemoryObj, bound: int) -> TensorMemoryObj:
+        """A byte object over the payload region of ``buffer`` (``bound`` bytes at offset 64)."""
+        raw = buffer.raw_data
+        return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound])
+
+    def seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
+             layout: MemoryLayoutDesc) -> None:
+        """Write the header for ``payload_length`` payload bytes and narrow ``buffer`` to the frame."""
+        raw = buffer.raw_data
+        payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
+        checksum = payload_checksum(payload) if self.checksum else None
+        header = build_header(payload_length=payload_length, checksum=checksum,
+                              config_id=self.config_id, key=key,
+                              layout_bytes=self._layout_field(layout))
+        raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+        buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
+
+    def open(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
+             bound: int) -> TensorMemoryObj:
+        """Verify the frame in ``buffer`` (its ``get_size()`` bytes) and return its payload.
+
+        ``layout`` is the object's expected layout (``None``: not checked, for offline scrubbing);
+        ``bound`` the serde's payload bound. Raises :class:`FrameRejected` with the first failed
+        check's reason.
+        """
+        size = buffer.get_size()
+        raw = buffer.raw_data
+        if size < FRAME_HEADER_BYTES:
+            raise FrameRejected("format", f"object of {size} bytes is shorter than the header")
+        header = parse_header(memoryview(raw[:FRAME_HEADER_BYTES].numpy()))
+        check_header(header, stored_payload_bytes=size - FRAME_HEADER_BYTES, payload_bound=bound,
+                     config_id=self.config_id, key=key,
+                     layout_bytes=None if layout is None else self._layout_field(layout))
+        payload = raw[FRAME_HEADER_BYTES:size]
+        check_payload(header, payload, required=self.checksum)
+        return _payload_obj(payload)
