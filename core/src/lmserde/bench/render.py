@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmserde.bench.frame_overhead import describe_frame_overhead
 from lmserde.bench.recommend import format_bandwidth
 from lmserde.bench.report import BenchReport, SerdeResult
 
@@ -113,6 +114,9 @@ def render_plain(report: BenchReport) -> str:
     if failures:
         lines += ["", "Not measured:", *(f"  {f}" for f in failures)]
     lines += ["", _legend(report), *(f"  {r.text}" for r in report.recommendations)]
+    frame = describe_frame_overhead(report.frame)
+    if frame:
+        lines += ["", frame]
     if report.notes:
         lines += ["", "Notes:", *(f"  - {n}" for n in report.notes)]
     lines += ["", f"Finished in {report.elapsed_seconds:.1f} s."]
@@ -150,6 +154,9 @@ def print_rich(report: BenchReport, console: Any) -> None:
     for rec in report.recommendations:
         head, _, rest = rec.text.partition(": ")
         console.print(Text.assemble("  ", (head, "bold"), ": ", rest), highlight=False)
+    frame = describe_frame_overhead(report.frame)
+    if frame:
+        console.print(frame, markup=False, highlight=False)
     if report.notes:
         console.print(Text("Notes:", style="bold"))
         for n in report.notes:

@@ -86,6 +86,9 @@ class BenchReport:
     recommendations: list[Recommendation]
     notes: list[str]
     elapsed_seconds: float
+    #: the stored-object frame's cost (:func:`~lmserde.bench.frame_overhead.measure_frame_overhead`),
+    #: ``None`` when not measured (unframed adapter spec, or an error)
+    frame: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict: non-finite floats become ``null``."""

@@ -25,6 +25,7 @@ from lmserde.bench.codec_timing import measure_codec
 from lmserde.bench.data_path import BENCH_MODEL_NAME, run_data_path
 from lmserde.bench.diagnostics import capture_diagnostics
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
+from lmserde.bench.frame_overhead import measure_frame_overhead
 from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
 from lmserde.bench.progress import NullProgress, Progress
 from lmserde.bench.quality import ChunkReference, QualityAccumulator
@@ -234,6 +235,25 @@ def _run_serde(
     }
 
 
+def _frame_overhead(
+    results: list[SerdeResult], adapter_spec: dict[str, Any], chunks: list[Any],
+    opts: BenchOptions, progress: Progress, notes: list[str],
+) -> dict[str, Any] | None:
+    """The stored-object frame's cost, when the run stores frames and measured ``identity``."""
+    if adapter_spec.get("serde_frame") is False or not any(
+            r.label == "identity" and r.ok for r in results):
+        return None
+    progress.begin("stored-object frame", 2 * opts.repeat * len(chunks) * 2)
+    try:
+        return measure_frame_overhead(adapter_spec, chunks, opts.repeat, timeout=opts.timeout,
+                                      on_step=progress.advance)
+    except Exception as exc:  # informational: never fails the run
+        notes.append(f"stored-object frame overhead not measured: {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        progress.end()
+
+
 def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
               mute_logs: bool = False) -> BenchReport:
     """Run the bench; :class:`BenchInputError` for invalid options (nothing has run then).
@@ -270,6 +290,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         refs = [ChunkReference(c, seed=opts.seed, queries=opts.queries) for c in chunks]
         results = [_measure(s, ctx, refs, opts, adapter_spec, progress, mute_logs)
                    for s in selected]
+        frame = _frame_overhead(results, adapter_spec, chunks, opts, progress, notes)
         notes.extend(ctx.notes)
         for r in results:
             notes.extend(f"{r.label}: {w}" for w in r.warnings[:_NOTES_PER_SERDE])
@@ -292,6 +313,6 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
     return BenchReport(
         lmserde_version=__version__, source=desc, settings=settings, machine=_machine(),
         tiers=tiers, results=results, recommendations=recommendations, notes=notes,
-        elapsed_seconds=time.perf_counter() - started,
+        elapsed_seconds=time.perf_counter() - started, frame=frame,
     )
 

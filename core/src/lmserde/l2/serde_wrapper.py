@@ -236,6 +236,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         return self._l1
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
     def framed(self) -> bool:
         """Whether stored objects carry the stored-object frame."""
         return self._framer is not None

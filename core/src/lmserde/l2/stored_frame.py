@@ -220,10 +220,15 @@ def layout_field(layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
 
 
 def payload_checksum(payload: torch.Tensor) -> int:
-    """XXH3-64 of a contiguous 1-D uint8 CPU tensor's bytes (no copy)."""
-    if payload.numel() == 0:
-        return _xxh64(b"")
-    return _xxh64(memoryview(payload.numpy()))
+    """XXH3-64 of a contiguous 1-D uint8 CPU tensor's bytes (no copy).
+
+    Uses the streaming hasher: unlike the one-shot function it releases the GIL while hashing,
+    so the checksums of concurrent tasks run in parallel with the serde workers.
+    """
+    hasher = xxhash.xxh3_64()
+    if payload.numel():
+        hasher.update(memoryview(payload.numpy()))
+    return hasher.intdigest()
 
 
 def build_header(
