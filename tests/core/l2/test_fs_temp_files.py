@@ -61,13 +61,12 @@ def stalled_writer(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Pa
                             pass_fds=(write_fd,))
     os.close(write_fd)
 
-    def started() -> bool | None:
+    def started() -> bool | None:  # the pipe only wakes the wait; the file system is the truth
         if proc.poll() is not None:
             raise AssertionError(f"the writer exited early with {proc.returncode}")
-        try:
-            return bool(os.read(read_fd, 1)) or None
-        except BlockingIOError:
-            return None
+        tmp = base / ".tmp"
+        sizes = [p.stat().st_size for p in tmp.iterdir()] if tmp.is_dir() else []
+        return True if sizes == [1 << 19] else None
 
     try:
         wait_on_fd(read_fd, started, timeout=120, what="the writer's first half")
