@@ -23,7 +23,8 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
-TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=64"]
+TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=64",
+               "prometheus_client>=0.18"]
 
 #: What lmcache 0.5.6's serde package, serde wrapper, fs adapter and L1 manager import on a
 #: CPU-only machine; its own dependency list pulls CUDA packages, so the wheel goes in --no-deps.

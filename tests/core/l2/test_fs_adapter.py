@@ -162,7 +162,11 @@ def test_any_key_round_trips_through_a_file(tmp_path: Path) -> None:
                  ObjectKey(b"", ".hidden", 0, 0, "\ud800-lone-surrogate")]
         objs = [_bytes(5 + i, i) for i in range(3)]
         assert store_sync(fs, weird, objs).is_successful()
-        assert sorted(os.listdir(tmp_path)) == sorted([".tmp", *map(key_file_name, weird)])
+        hashed = key_file_name(weird[1])
+        assert hashed.startswith("h-")  # its readable name is kept in a sidecar
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            [".tmp", *map(key_file_name, weird), hashed[: -len(".data")] + ".key"])
+        assert set(fs.list_l2_keys()) == set(weird)
         dsts = [_bytes(5 + i, 9) for i in range(3)]
         assert load_sync(fs, weird, dsts).count() == 3
         assert [bytes(d.byte_array) for d in dsts] == [bytes(o.byte_array) for o in objs]

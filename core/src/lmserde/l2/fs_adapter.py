@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
+import math
 import os
-import string
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
+from lmserde.l2.fs_names import (
+    DATA_SUFFIX,
+    MAX_READABLE_NAME,
+    SIDECAR_SUFFIX,
+    is_hashed_name,
+    key_file_name,
+    parse_readable_name,
+    readable_name,
+    sidecar_name,
+)
+from lmserde.l2.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
 from lmserde.l2.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.store_result import L2StoreResult
 from lmserde.l2.task_queues import AdapterTaskQueues
@@ -22,48 +34,49 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 from lmserde.options import SerdeOption
 
-__all__ = ["FSL2Adapter", "FS_ADAPTER_SPEC", "key_file_name", "MAX_READABLE_NAME"]
+__all__ = ["FSL2Adapter", "FS_ADAPTER_SPEC", "FSObjectScan", "key_file_name", "MAX_READABLE_NAME",
+           "DEFAULT_STALE_TMP_SECONDS", "MIN_STALE_TMP_SECONDS", "MAX_STALE_TMP_SECONDS"]
 
 _log = logging.getLogger(__name__)
 
-_SAFE_CHARS = frozenset(string.ascii_letters + string.digits + "-_.")
-#: Longest readable file name; longer names are replaced by a digest of the readable name.
-MAX_READABLE_NAME = 200
-_SUFFIX = ".data"
 _PATH_CACHE_LIMIT = 1 << 16
+#: Default age (seconds since last modification) after which any writer's temporary is stale.
+DEFAULT_STALE_TMP_SECONDS = 3600.0
+#: Bounds of ``stale_tmp_seconds``: shorter would remove files of writers stalled by a slow
+#: (network) file system; longer would keep dead writers' files for more than a month.
+MIN_STALE_TMP_SECONDS = 60.0
+MAX_STALE_TMP_SECONDS = 30 * 86400.0
+_MAX_SIDECAR_BYTES = 1 << 20
 
 
-def _escape(text: str) -> str:
-    """Percent-encode every UTF-8 byte outside ``[A-Za-z0-9._-]`` (``@``, ``/``, ``%`` included).
+def _check_stale_tmp_seconds(value: float) -> None:
+    if not (math.isfinite(value) and MIN_STALE_TMP_SECONDS <= value <= MAX_STALE_TMP_SECONDS):
+        raise ValueError(
+            f"fs adapter stale_tmp_seconds must be a finite number of seconds in "
+            f"[{MIN_STALE_TMP_SECONDS:g}, {MAX_STALE_TMP_SECONDS:g}], got {value!r}"
+        )
 
-    Lone surrogates (possible in a Python ``str``) are encoded like any other code point.
+
+@dataclass(frozen=True)
+class FSObjectScan:
+    """One pass over ``base_path``: the stored keys and what could not be listed.
+
+    ``total_bytes`` sums the listed files' lengths. ``skipped_names`` counts entries that are no
+    key file (foreign or hand-edited names, links, directories other than the temporary one);
+    ``hashed_without_sidecar`` counts hashed data files whose readable name is missing or does not
+    match (written before sidecars existed, or damaged): they load, but cannot be listed.
     """
-    if all(ch in _SAFE_CHARS for ch in text):
-        return text
-    out = []
-    for ch in text:
-        if ch in _SAFE_CHARS:
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-    return "".join(out)
 
+    keys: list[ObjectKey]
+    total_bytes: int
+    skipped_names: int
+    hashed_without_sidecar: int
 
-def key_file_name(key: ObjectKey) -> str:
-    """The file name of ``key``: injective, a single path component, at most 255 bytes.
-
-    ``<model>@<kv_rank hex>@<object_group_id hex>@<chunk_hash hex>[@<cache_salt>].data`` with
-    model and salt percent-encoded, so no key content can add a path separator, ``..`` or a NUL.
-    Names longer than :data:`MAX_READABLE_NAME` become ``h-<blake2b-256 of that name>.data``.
-    """
-    parts = [_escape(key.model_name), f"{key.kv_rank:x}", f"{key.object_group_id:x}",
-             key.chunk_hash.hex()]
-    if key.cache_salt:
-        parts.append(_escape(key.cache_salt))
-    name = "@".join(parts) + _SUFFIX
-    if len(name) <= MAX_READABLE_NAME:
-        return name
-    return "h-" + hashlib.blake2b(name.encode("ascii"), digest_size=32).hexdigest() + _SUFFIX
+    def as_dict(self) -> dict[str, int]:
+        """Counts only: ``objects``, ``bytes``, ``skipped_names``, ``hashed_without_sidecar``."""
+        return {"objects": len(self.keys), "bytes": self.total_bytes,
+                "skipped_names": self.skipped_names,
+                "hashed_without_sidecar": self.hashed_without_sidecar}
 
 
 def _write_all(fd: int, view: memoryview) -> None:
@@ -94,6 +107,13 @@ class FSL2Adapter(L2AdapterInterface):
       destination is a hit.
     * ``get_object_sizes`` reports file lengths. Lookups check existence; locks are no-ops (no
       eviction). Stores and loads run on ``io_workers`` threads; lookups complete inside submit.
+    * Opening removes temporary files of dead writers (see :mod:`lmserde.l2.fs_temp_files`:
+      writers of this host whose pid is gone, any writer's file unmodified for
+      ``stale_tmp_seconds``); ``report_status`` counts what the sweep did (``tmp_removed``,
+      ``tmp_kept_live``, ``tmp_kept_young``, ``tmp_sweep_errors``).
+    * :meth:`list_l2_keys` lists stored keys from the file names. A key whose name is hashed
+      (:func:`~lmserde.l2.fs_names.key_file_name`) gets a sidecar ``h-<digest>.key`` holding its
+      readable name, published before the data file and removed by :meth:`delete`.
 
     Usage accounting covers what this instance stored and deleted.
     """
@@ -107,10 +127,12 @@ class FSL2Adapter(L2AdapterInterface):
         relative_tmp_dir: str = ".tmp",
         fsync: bool = False,
         io_workers: int = 2,
+        stale_tmp_seconds: float = DEFAULT_STALE_TMP_SECONDS,
     ) -> None:
         super().__init__(0)
         if io_workers < 1:
             raise ValueError(f"fs adapter io_workers must be >= 1, got {io_workers}")
+        _check_stale_tmp_seconds(stale_tmp_seconds)
         tmp = os.path.normpath(relative_tmp_dir)
         if os.path.isabs(tmp) or tmp == "." or tmp.split(os.sep)[0] == "..":
             raise ValueError(
@@ -119,10 +141,23 @@ class FSL2Adapter(L2AdapterInterface):
             )
         self._base = os.path.abspath(os.fspath(base_path))
         self._tmp_dir = os.path.join(self._base, tmp)
+        self._tmp_top = tmp.split(os.sep)[0]
         os.makedirs(self._tmp_dir, exist_ok=True)
-        # unique across processes sharing the directory: pid plus random bytes, then a counter
-        self._tmp_prefix = os.path.join(self._tmp_dir, f"{os.getpid()}-{os.urandom(6).hex()}-")
+        self._stale_tmp_seconds = float(stale_tmp_seconds)
+        self._domain = pid_domain()
+        # unique across hosts and processes sharing the directory: pid domain, pid, random bytes,
+        # then a counter (the prefix is renewed when the pid changes, i.e. after a fork)
+        self._tmp_pid = os.getpid()
+        self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         self._tmp_counter = itertools.count()
+        self._sweep = sweep_stale_temp_files(self._tmp_dir, domain=self._domain,
+                                             stale_seconds=self._stale_tmp_seconds)
+        if self._sweep.removed:
+            _log.info("fs adapter %s: removed %d temporary file(s) of dead or stalled writers "
+                      "(kept %d of live writers, %d younger than %g s)", self._base,
+                      self._sweep.removed, self._sweep.kept_live, self._sweep.kept_young,
+                      self._stale_tmp_seconds)
+        self._last_scan: dict[str, int] | None = None
         self._paths: dict[ObjectKey, str] = {}
         self._fsync = bool(fsync)
         self._queues = AdapterTaskQueues()
@@ -131,11 +166,22 @@ class FSL2Adapter(L2AdapterInterface):
         self._closed = False
         self._counts_lock = threading.Lock()
         self._counts = {"files_written": 0, "stores_skipped": 0, "store_errors": 0,
-                        "load_hits": 0, "load_misses": 0, "size_mismatches": 0}
+                        "load_hits": 0, "load_misses": 0, "size_mismatches": 0,
+                        "list_skipped_names": 0}
 
     @property
     def base_path(self) -> str:
         return self._base
+
+    @property
+    def tmp_dir(self) -> str:
+        """Absolute path of the directory of files being written."""
+        return self._tmp_dir
+
+    @property
+    def tmp_sweep(self) -> TempSweep:
+        """What the sweep of stale temporary files did when this adapter opened."""
+        return self._sweep
 
     def path_of(self, key: ObjectKey) -> str:
         """Absolute path of ``key``'s file."""
@@ -202,11 +248,33 @@ class FSL2Adapter(L2AdapterInterface):
     def _store_one(self, key: ObjectKey, obj: MemoryObj) -> int | None:
         """Write one file; returns its size, or ``None`` when the key was already stored."""
         path = self.path_of(key)
+        hashed = is_hashed_name(os.path.basename(path))
         if os.path.exists(path):
+            if hashed:  # a file stored before sidecars existed becomes listable
+                self._ensure_sidecar(key, path)
             self._count("stores_skipped")
             return None
+        if hashed:
+            self._ensure_sidecar(key, path)
         view = memoryview(obj.byte_array).cast("B")
-        tmp = f"{self._tmp_prefix}{next(self._tmp_counter)}.tmp"
+        if not self._publish(view, path):
+            self._count("stores_skipped")
+            return None
+        if hashed:  # a concurrent delete may have removed the sidecar meanwhile
+            self._ensure_sidecar(key, path)
+        self._count("files_written")
+        return len(view)
+
+    def _new_tmp_path(self) -> str:
+        pid = os.getpid()
+        if pid != self._tmp_pid:  # forked: names must carry the writing process's pid
+            self._tmp_pid = pid
+            self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
+        return f"{self._tmp_prefix}{next(self._tmp_counter)}.tmp"
+
+    def _publish(self, view: memoryview, path: str) -> bool:
+        """Write ``view`` to a temporary and link it to ``path``; ``False`` when ``path`` exists."""
+        tmp = self._new_tmp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             try:
@@ -218,8 +286,7 @@ class FSL2Adapter(L2AdapterInterface):
             try:
                 os.link(tmp, path)  # atomic "create if absent", also across processes
             except FileExistsError:
-                self._count("stores_skipped")
-                return None
+                return False
             except OSError:  # no hard links here: fall back to an atomic replace
                 os.replace(tmp, path)
         finally:
@@ -231,8 +298,13 @@ class FSL2Adapter(L2AdapterInterface):
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        self._count("files_written")
-        return len(view)
+        return True
+
+    def _ensure_sidecar(self, key: ObjectKey, path: str) -> None:
+        """Publish the readable name of hashed ``path`` next to it, unless already there."""
+        side = path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
+        if not os.path.exists(side):
+            self._publish(memoryview(readable_name(key).encode("ascii")), side)
 
     def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
         return self._queues.store.pop_all()
@@ -321,21 +393,107 @@ class FSL2Adapter(L2AdapterInterface):
         return sizes
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
+        """Remove each key's file (and the sidecar of a hashed name); missing keys are skipped."""
         deleted: list[ObjectKey] = []
         for key in keys:
+            path = self.path_of(key)
             try:
-                os.unlink(self.path_of(key))
+                os.unlink(path)
             except FileNotFoundError:
-                continue
-            deleted.append(key)
+                pass
+            else:
+                deleted.append(key)
+            if is_hashed_name(os.path.basename(path)):
+                try:
+                    os.unlink(path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX)
+                except FileNotFoundError:
+                    pass
         if deleted:
             self._notify_keys_deleted(deleted)
+
+    # -- listing --------------------------------------------------------------------------------
+
+    def list_l2_keys(self, model_name: str | None = None, *args: Any, **kwargs: Any
+                     ) -> list[ObjectKey]:
+        """Every stored key (optionally of one model), in no particular order.
+
+        Keys are read back from file names; names that are no key file are skipped and counted
+        (``list_skipped_names`` in :meth:`report_status`), never raised. A hashed name is listed
+        through its sidecar (see :class:`FSObjectScan` for the ones that cannot be).
+        """
+        return self.scan_objects(model_name).keys
+
+    def scan_objects(self, model_name: str | None = None) -> FSObjectScan:
+        """List ``base_path`` once: keys (optionally of one model), their bytes, what was skipped.
+
+        The counts are kept for :meth:`report_status` (``last_scan``).
+        """
+        keys: list[ObjectKey] = []
+        total = skipped = unlisted = 0
+        with os.scandir(self._base) as entries:
+            for entry in entries:
+                name = entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False) and name == self._tmp_top:
+                        continue
+                    if name.endswith(SIDECAR_SUFFIX) and is_hashed_name(
+                            name[: -len(SIDECAR_SUFFIX)] + DATA_SUFFIX):
+                        continue  # listed with its data file
+                    if not entry.is_file(follow_symlinks=False):
+                        skipped += 1
+                        continue
+                    if is_hashed_name(name):
+                        key = self._read_sidecar(name)
+                        if key is None:
+                            unlisted += 1
+                            continue
+                    else:
+                        key = parse_readable_name(name)
+                        if key is None:
+                            skipped += 1
+                            continue
+                    if model_name is not None and key.model_name != model_name:
+                        continue
+                    total += entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:  # deleted while listing
+                    continue
+                keys.append(key)
+        self._count("list_skipped_names", skipped)
+        scan = FSObjectScan(keys, total, skipped, unlisted)
+        with self._counts_lock:
+            self._last_scan = scan.as_dict()
+        return scan
+
+    def _read_sidecar(self, hashed: str) -> ObjectKey | None:
+        """The key of hashed data file ``hashed`` from its sidecar; ``None`` if absent or wrong."""
+        try:
+            fd = os.open(os.path.join(self._base, sidecar_name(hashed)),
+                         os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.read(fd, _MAX_SIDECAR_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(data) > _MAX_SIDECAR_BYTES or not data.isascii():
+            return None
+        key = parse_readable_name(data.decode("ascii"))
+        return key if key is not None and key_file_name(key) == hashed else None
 
     def report_status(self) -> dict[str, Any]:
         status = super().report_status()
         with self._counts_lock:
             status.update(self._counts)
-        status.update(base_path=self._base, fsync=self._fsync, is_healthy=not self._closed)
+            status["last_scan"] = None if self._last_scan is None else dict(self._last_scan)
+        sweep = self._sweep
+        status.update(base_path=self._base, fsync=self._fsync, is_healthy=not self._closed,
+                      stale_tmp_seconds=self._stale_tmp_seconds, tmp_removed=sweep.removed,
+                      tmp_kept_live=sweep.kept_live, tmp_kept_young=sweep.kept_young,
+                      tmp_sweep_errors=sweep.errors)
         return status
 
     def close(self) -> None:
@@ -350,7 +508,8 @@ class FSL2Adapter(L2AdapterInterface):
 
 def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
     return FSL2Adapter(options["base_path"], relative_tmp_dir=options["relative_tmp_dir"],
-                       fsync=options["fsync"], io_workers=options["io_workers"])
+                       fsync=options["fsync"], io_workers=options["io_workers"],
+                       stale_tmp_seconds=options["stale_tmp_seconds"])
 
 
 def _check_base_path(value: str) -> None:
@@ -368,6 +527,10 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
                     "sub-directory of base_path for files being written"),
         SerdeOption("fsync", bool, False, "fsync each file and the directory after writing"),
         SerdeOption("io_workers", int, 2, "threads doing file I/O", minimum=1),
+        SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
+                    "on open, remove any writer's temporary file unmodified for this long "
+                    f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "
+                    f"{MAX_STALE_TMP_SECONDS:g}", check=_check_stale_tmp_seconds),
     ),
     reports_object_sizes=True,
 )
