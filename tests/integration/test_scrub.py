@@ -1,0 +1,121 @@
+"""``lmserde scrub``: walks an adapter's objects, verifies frames, reports and optionally deletes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datapath_driver import Cache, key_of, objects_for
+from lmserde import MemoryLayoutDesc
+from lmserde.cli.main import main
+from lmserde.l1 import L1Manager
+from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, scrub_adapter
+
+KV = MemoryLayoutDesc([[4, 2, 64]], [torch.bfloat16])
+
+
+def _spec(base: Path, **extra: object) -> dict:
+    return {"type": "fs", "base_path": str(base), "serde": {"type": "identity"}, **extra}
+
+
+def _fill(base: Path, l1: L1Manager, cache: Cache, n: int = 6) -> list:
+    keys = [key_of(i, salt="tenant") for i in range(n)]
+    wrapper = create_l2_adapter(_spec(base), l1)
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, n)).is_successful()
+    finally:
+        wrapper.close()
+    return keys
+
+
+def _damage(base: Path, keys: list) -> None:
+    flipped = base / key_file_name(keys[1])
+    data = bytearray(flipped.read_bytes())
+    data[FRAME_HEADER_BYTES + 3] ^= 0x20
+    flipped.write_bytes(bytes(data))
+    (base / key_file_name(keys[4])).write_bytes(b"not a frame at all")
+
+
+def _scrub_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["scrub", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_scrub_reports_damage_by_reason_and_deletes_on_request(
+        tmp_path: Path, l1: L1Manager, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    keys = _fill(tmp_path, l1, cache)
+    _damage(tmp_path, keys)
+    spec = json.dumps(_spec(tmp_path))
+    code, report = _scrub_json(capsys, spec)
+    assert code == 1
+    assert report["scanned"] == 6 and report["ok"] == 4
+    assert report["verdicts"] == {"checksum": 1, "format": 1, "ok": 4}
+    assert {d["chunk_hash"] for d in report["damaged"]} == {keys[1].chunk_hash.hex(),
+                                                             keys[4].chunk_hash.hex()}
+    assert report["deleted"] == 0
+    assert (tmp_path / key_file_name(keys[1])).exists()  # looking never deletes
+
+    code, report = _scrub_json(capsys, spec, "--delete")
+    assert code == 1 and report["deleted"] == 2
+    assert not (tmp_path / key_file_name(keys[1])).exists()
+    assert not (tmp_path / key_file_name(keys[4])).exists()
+    code, report = _scrub_json(capsys, spec, "--decode")
+    assert code == 0 and report["verdicts"] == {"ok": 4}
+
+
+def test_scrub_detects_a_config_change_and_decodes(tmp_path: Path, l1: L1Manager, cache: Cache,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("lmserde_fp8")
+    keys = [key_of(i) for i in range(3)]
+    wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                                 "serde": {"type": "fp8"}}, l1)
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
+    finally:
+        wrapper.close()
+    same = json.dumps({"type": "fs", "base_path": str(tmp_path), "serde": {"type": "fp8"}})
+    assert _scrub_json(capsys, same, "--decode") == (0, _scrub_json(capsys, same, "--decode")[1])
+    other = json.dumps({"type": "fs", "base_path": str(tmp_path),
+                        "serde": {"type": "fp8", "fp8_dtype": "float8_e5m2"}})
+    code, report = _scrub_json(capsys, other)
+    assert code == 1 and report["verdicts"] == {"config": 3}
+
+
+def test_scrub_refuses_unframed_specs_and_bad_json(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scrub", json.dumps(_spec(tmp_path, serde_frame=False))]) == 2
+    assert "serde_frame" in capsys.readouterr().err
+    assert main(["scrub", "{not json"]) == 2
+    assert main(["scrub", json.dumps({"type": "fs", "base_path": str(tmp_path)})]) == 2
+    assert "serde" in capsys.readouterr().err
+
+
+def test_scrub_reads_the_spec_from_a_file_and_prints_a_summary(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    base = tmp_path / "l2"
+    keys = _fill(base, l1, cache, n=3)
+    _damage(base, keys + [key_of(99)] * 2)  # flips keys[1]; a foreign file under key_of(99)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(_spec(base)))
+    proc = subprocess.run([sys.executable, "-m", "lmserde.cli.main", "scrub", f"@{spec_file}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "scanned 4 objects: 2 ok, 2 damaged" in proc.stdout
+    assert "checksum" in proc.stdout and "--delete" in proc.stdout
+
+
+def test_scrub_adapter_api_counts_progress(tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    keys = _fill(tmp_path, l1, cache, n=5)
+    _damage(tmp_path, keys)
+    wrapper = create_l2_adapter(_spec(tmp_path), l1, repair=False)
+    seen: list[int] = []
+    try:
+        report = scrub_adapter(wrapper, batch=2, on_progress=seen.append)
+    finally:
+        wrapper.close()
+    assert seen == [2, 2, 1]
+    assert report.found_damage and len(report.damaged) == 2 and report.deleted == 0
