@@ -18,10 +18,28 @@ from typing import Any
 import pytest
 import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for
-from lmserde import MemoryLayoutDesc, ObjectKey
+from lmserde import (
+    AsyncSerdeProcessor,
+    Deserializer,
+    MemoryLayoutDesc,
+    MemoryObj,
+    ObjectKey,
+    Serializer,
+    as_byte_tensor,
+)
 from lmserde.l1 import L1Manager
-from lmserde.l2 import L2AdapterInterface, create_l2_adapter, key_file_name
-from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS
+from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
+    REJECT_REASONS,
+    FSL2Adapter,
+    L2AdapterInterface,
+    L2StoreResult,
+    SerdeL2AdapterWrapper,
+    create_l2_adapter,
+    key_file_name,
+)
+from lmserde.l2.serde_wrapper import UNHEALTHY_AFTER_FAILURES
+from lmserde.spec import SerdeSizeContract
 
 pytest.importorskip("lmserde_fp8")
 pytest.importorskip("lmserde_aesgcm")
@@ -271,5 +289,78 @@ def test_rejections_are_per_key_in_a_batch(tmp_path: Path, l1: L1Manager, cache:
         for i in (0, 2, 3):
             assert torch.equal(loaded[i], layout_bytes(objs[i]))
         assert wrapper.metrics()["rejections"] == {"checksum": 1}
+    finally:
+        wrapper.close()
+
+
+class _ShortWriter(Serializer):
+    """Declares EXACT but writes one byte less than its estimate (or more, with ``extra``)."""
+
+    def __init__(self, delta: int) -> None:
+        self.delta = delta
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        n = src.get_size() + self.delta
+        as_byte_tensor(dst)[: min(n, dst.get_size())].zero_()
+        return n
+
+    def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
+        return layout_desc.nbytes
+
+
+class _NeverDecodes(Deserializer):
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        raise AssertionError("nothing is stored, so nothing is decoded")
+
+
+@pytest.mark.parametrize("frame", [True, False])
+def test_an_exact_serde_writing_less_than_its_estimate_stores_nothing(
+        frame: bool, tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    proc = AsyncSerdeProcessor(_ShortWriter(-1), _NeverDecodes(), serde_type="short")
+    wrapper = SerdeL2AdapterWrapper(FSL2Adapter(tmp_path), proc, l1,
+                                    size_contract=SerdeSizeContract.EXACT, frame=frame)
+    try:
+        key = key_of(1)
+        assert cache.store(wrapper, [key], objects_for(KV, 1)) == L2StoreResult(False, 0)
+        assert not (tmp_path / key_file_name(key)).exists()
+        assert wrapper.metrics()["failures"] == {"output_contract": 1}
+        assert l1.memory_used_bytes() == 0
+    finally:
+        wrapper.close()
+
+
+def test_health_turns_false_while_stores_keep_failing_and_recovers(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    proc = AsyncSerdeProcessor(_ShortWriter(-1), _NeverDecodes(), serde_type="short")
+    wrapper = SerdeL2AdapterWrapper(FSL2Adapter(tmp_path), proc, l1,
+                                    size_contract=SerdeSizeContract.EXACT)
+    try:
+        for i in range(UNHEALTHY_AFTER_FAILURES - 1):
+            assert not cache.store(wrapper, [key_of(i)], objects_for(KV, 1)).is_successful()
+            assert wrapper.report_status()["is_healthy"] is True
+        assert not cache.store(wrapper, [key_of(99)], objects_for(KV, 1)).is_successful()
+        status = wrapper.report_status()
+        assert status["is_healthy"] is False
+        assert status["serde_consecutive_failures"]["store"] == UNHEALTHY_AFTER_FAILURES
+        proc.serializer.delta = 0  # the serde behaves again: the next good store heals
+        assert cache.store(wrapper, [key_of(100)], objects_for(KV, 1)).is_successful()
+        assert wrapper.report_status()["is_healthy"] is True
+    finally:
+        wrapper.close()
+
+
+def test_health_turns_false_while_loads_keep_refusing_objects(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    wrapper = _adapter(tmp_path, {"type": "identity"}, l1)
+    try:
+        keys = _keys(UNHEALTHY_AFTER_FAILURES)
+        for key in keys:
+            (tmp_path / key_file_name(key)).write_bytes(b"garbage" * 10)
+            assert cache.load(wrapper, [key], KV)[0].to_list() == [False]
+        assert wrapper.report_status()["is_healthy"] is False
+        assert wrapper.metrics()["rejections"] == {"format": UNHEALTHY_AFTER_FAILURES}
+        assert cache.store(wrapper, keys[:1], objects_for(KV, 1)).is_successful()
+        assert cache.load(wrapper, keys[:1], KV)[0].to_list() == [True]
+        assert wrapper.report_status()["is_healthy"] is True
     finally:
         wrapper.close()
