@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import raw_client
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.cli.main import main as lmserde_main
 from lmserde.l1 import L1Manager
 from lmserde.l2 import load_sync, lookup_sync, store_sync
-from conftest import raw_client
 from lmserde_s3.local_server import LocalS3Server
 from s3_kv import KV_LAYOUT, LAYOUT, NBYTES, kv_object, make_key, sentinel
 
