@@ -71,7 +71,7 @@ S3_ADAPTER_SPEC = L2AdapterSpec(
     description="S3-compatible object store (AWS, MinIO, Ceph RGW, GCS interop): one object per "
                 "key, conditional writes, exact-length loads",
     options=(
-        SerdeOption("bucket", str, None, "bucket objects are stored in (must exist)",
+        SerdeOption("bucket", str, None, "bucket objects are stored in; it must exist",
                     required=True, check=check_bucket_name),
         SerdeOption("prefix", str, "lmserde/", "prefix of every object name ('' for none; a "
                     "'/' is appended); deployments sharing a bucket use different prefixes",
