@@ -25,6 +25,9 @@ CONSTRAINTS = str(ROOT / "constraints.txt")
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
 TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=64",
                "prometheus_client>=0.18"]
+#: Test-only servers: moto (pure Python) is the S3-compatible server the lmserde-s3 tests and
+#: benchmarks/bench_s3.py start on loopback.
+SERVER_EXTRAS = ["moto[server]>=5.0.20"]
 
 #: What lmcache 0.5.6's serde package, serde wrapper, fs adapter and L1 manager import on a
 #: CPU-only machine; its own dependency list pulls CUDA packages, so the wheel goes in --no-deps.
@@ -104,7 +107,8 @@ def _install(session: nox.Session, packages: list[Path], extras: list[str]) -> N
 def tests(session: nox.Session) -> None:
     """Core and every plugin installed together; the whole test suite."""
     packages = _workspace_packages()
-    _install(session, packages, [*TEST_EXTRAS, "rich>=13", "matplotlib>=3.7", "safetensors>=0.4"])
+    _install(session, packages, [*TEST_EXTRAS, *SERVER_EXTRAS, "rich>=13", "matplotlib>=3.7",
+                                 "safetensors>=0.4"])
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or ["tests"]))
 
 
@@ -121,7 +125,7 @@ def plugin(session: nox.Session, name: str) -> None:
     """Core plus one plugin (and the in-repo plugins it depends on), that plugin's tests."""
     directory = ROOT / "plugins" / name
     packages = [ROOT / "core", *_local_dependencies(directory, _package_dirs()), directory]
-    _install(session, packages, TEST_EXTRAS)
+    _install(session, packages, [*TEST_EXTRAS, *(SERVER_EXTRAS if name == "s3" else [])])
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [f"tests/plugins/{name}"]))
 
 
@@ -152,7 +156,7 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmark script; each prints ratios against memcpy or a same-run baseline."""
     packages = _workspace_packages()
-    _install(session, packages, ["rich>=13", "numpy"])
+    _install(session, packages, ["rich>=13", "numpy", *SERVER_EXTRAS])
     scripts = session.posargs or [str(p) for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))]
     for script in scripts:
         session.run("python", script)
