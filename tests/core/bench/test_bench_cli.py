@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lmserde.l2 import FRAME_HEADER_BYTES
 
 Bench = Callable[..., tuple[int, str, str]]
 BenchJson = Callable[..., dict[str, Any]]
 
 TOP_FIELDS = {"schema_version", "lmserde_version", "source", "settings", "machine", "tiers",
-              "results", "recommendations", "notes", "elapsed_seconds"}
+              "results", "recommendations", "notes", "elapsed_seconds", "frame"}
+FRAME_FIELDS = {"serde", "bytes_per_object", "framed_ms", "unframed_ms", "overhead"}
 SOURCE_FIELDS = {"kind", "model", "model_description", "model_layers", "seed", "layers_per_chunk",
                  "layer_ids", "tokens_per_chunk", "kv_heads", "head_dim", "dtype", "chunk_bytes",
                  "full_chunk_bytes", "chunks"}
@@ -75,7 +77,9 @@ def _check_consistent(report: dict[str, Any], row: dict[str, Any]) -> None:
         assert row["tier_load_ms"][tier["name"]] == pytest.approx(expected)
 
 
-def test_identity_json_has_every_field_and_is_bit_exact_with_ratio_one(bench_json: BenchJson) -> None:
+def test_identity_json_has_every_field_and_is_bit_exact_with_only_the_frame_added(
+    bench_json: BenchJson
+) -> None:
     report = bench_json("--serde", "identity")
     assert set(report) == TOP_FIELDS
     assert report["schema_version"] == 1
@@ -93,8 +97,19 @@ def test_identity_json_has_every_field_and_is_bit_exact_with_ratio_one(bench_jso
     row = _result(report, "identity")
     _check_consistent(report, row)
     assert row["config"] == {"type": "identity", "max_workers": 1}
-    assert row["stored_bytes_per_chunk"] == source["chunk_bytes"]
-    assert row["compression_ratio"] == 1.0
+    # identity stores the chunk's own bytes behind the 64-byte stored-object frame header, so
+    # the stored-byte ratio is just under 1 ...
+    stored = source["chunk_bytes"] + FRAME_HEADER_BYTES
+    assert row["stored_bytes_per_chunk"] == stored
+    assert row["compression_ratio"] == pytest.approx(source["chunk_bytes"] / stored)
+    assert row["compression_ratio"] < 1.0
+    # ... and the frame's share, reported on its own, leaves the serde's bytes at exactly 1.0x
+    frame = report["frame"]
+    assert set(frame) == FRAME_FIELDS and frame["serde"] == "identity"
+    assert frame["bytes_per_object"] == FRAME_HEADER_BYTES
+    assert source["chunk_bytes"] / (row["stored_bytes_per_chunk"] - frame["bytes_per_object"]) == 1.0
+    assert frame["framed_ms"] > 0 and frame["unframed_ms"] > 0
+    assert frame["overhead"] == pytest.approx(frame["framed_ms"] / frame["unframed_ms"] - 1.0)
     assert row["lossy"] is False and row["size_contract"] == "exact"
     assert row["chunk_form"].startswith("single group")
     q = row["quality"]
@@ -123,13 +138,17 @@ def test_multi_lossy_and_upper_bound_serdes_are_measured_consistently(
     assert groups["chunk_form"].startswith("two groups") and groups["quality"]["bit_exact"]
     half = _result(report, "bench_halfbyte")
     _check_consistent(report, half)
-    assert half["compression_ratio"] == 2.0 and half["lossy"] is True
+    # half of the raw bytes plus the frame header per stored chunk
+    assert half["stored_bytes_per_chunk"] == raw // 2 + FRAME_HEADER_BYTES
+    assert half["compression_ratio"] == pytest.approx(raw / (raw // 2 + FRAME_HEADER_BYTES))
+    assert half["lossy"] is True
     assert not half["quality"]["bit_exact"] and half["quality"]["overall"]["rel_mse"] > 0
     assert half["break_even_gbps"] > 0  # it halves the bytes, so it wins on a slow enough tier
     upper = _result(report, "bench_upper")
     _check_consistent(report, upper)
     assert upper["size_contract"] == "upper_bound"
-    assert upper["stored_bytes_per_chunk"] == raw + 4  # the narrowed size, not the estimate
+    # the narrowed size (payload raw + 4, plus the frame header), not the estimate
+    assert upper["stored_bytes_per_chunk"] == raw + 4 + FRAME_HEADER_BYTES
     assert upper["quality"]["bit_exact"] and upper["break_even_gbps"] == 0.0
 
 
@@ -238,7 +257,11 @@ def test_chains_and_adapter_specs_run_through_the_wrapper(
     assert report["settings"]["adapter"] == {"type": "memory"}
     row = _result(report, "bench_halfbyte+identity")
     _check_consistent(report, row)
-    assert row["compression_ratio"] == 2.0 and row["lossy"] is True
+    raw = report["source"]["chunk_bytes"]
+    # one frame per stored object, however many serdes the chain has
+    assert row["stored_bytes_per_chunk"] == raw // 2 + FRAME_HEADER_BYTES
+    assert row["compression_ratio"] == pytest.approx(raw / (raw // 2 + FRAME_HEADER_BYTES))
+    assert row["lossy"] is True
     assert row["config"] == [{"type": "bench_halfbyte", "max_workers": 1},
                              {"type": "identity", "max_workers": 1}]
 

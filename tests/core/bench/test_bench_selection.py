@@ -44,6 +44,7 @@ from lmserde.bench.serde_selection import (
 )
 from lmserde.identity import IDENTITY_SPEC
 from lmserde.keys import ObjectKey
+from lmserde.l2 import FRAME_HEADER_BYTES
 from lmserde.memory import TensorMemoryObj
 from lmserde.registry import SerdeInfo
 
@@ -229,7 +230,8 @@ def test_data_path_through_memory_and_fault_adapters(chunks: list[Any]) -> None:
                            on_step=lambda: steps.append(1))
     assert len(steps) == 2 * 2 * len(chunks)
     assert len(result.store_seconds) == len(result.load_seconds) == 2 * len(chunks)
-    assert result.stored_bytes == [c.nbytes for c in chunks]
+    # identity payload behind the stored-object frame header
+    assert result.stored_bytes == [c.nbytes + FRAME_HEADER_BYTES for c in chunks]
     for chunk, (k, v) in zip(chunks, result.decoded):
         assert torch.equal(k, chunk.keys) and torch.equal(v, chunk.values)
     assert set(result.stage_p50_seconds) == {"serialize", "inner_store", "inner_load", "deserialize"}

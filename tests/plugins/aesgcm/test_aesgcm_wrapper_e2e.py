@@ -1,7 +1,10 @@
 """End to end: the aesgcm serde on the fs L2 adapter through the serde wrapper and an L1Manager.
 
-Stores KV objects, reloads them bit-exactly, and shows that a tampered file, or (frame v2) a file
-copied under another key, misses alone while the other keys of the same load still hit.
+Stores KV objects, reloads them bit-exactly, and shows that a tampered file, or a file copied
+under another key, misses alone while the other keys of the same load still hit. By default every
+stored file is the wrapper's stored-object frame header (``FRAME_HEADER_BYTES``) followed by the
+aesgcm frame; with ``"serde_frame": false`` (the mode for an L2 shared with LMCache) the file is
+the aesgcm frame alone and only the serde's own checks stand between a damaged file and the KV.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import torch
 from aesgcm_objects import kv_object, make_key, obj_bytes
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
-from lmserde.l2 import create_l2_adapter, key_file_name, load_sync, store_sync
+from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, load_sync, store_sync
+from lmserde.l2.stored_frame import parse_header
 
 SHAPE = [2, 4, 16, 64]
 NBYTES = 2 * 4 * 16 * 64 * 2
 KEYS = [make_key(chunk=bytes([i]) * 32, salt="alice") for i in range(3)]
+SENTINEL = 0xAA  # what _load fills every destination with before loading
 
 
 @pytest.fixture
@@ -33,10 +38,11 @@ def l1() -> L1Manager:
 def make_adapter(tmp_path: Path, master_key_file: Path, l1: L1Manager) -> Iterator[Any]:
     adapters: list[Any] = []
 
-    def make(**serde: Any) -> Any:
+    def make(*, frame: bool = True, **serde: Any) -> Any:
         adapter = create_l2_adapter(
             {"type": "fs", "base_path": str(tmp_path / "l2"),
-             "serde": {"type": "aesgcm", "master_key_path": str(master_key_file), **serde}},
+             "serde": {"type": "aesgcm", "master_key_path": str(master_key_file), **serde},
+             "serde_frame": frame},
             l1,
         )
         adapters.append(adapter)
@@ -55,7 +61,7 @@ def _load(adapter: Any, l1: L1Manager) -> tuple[list[bool], list[TensorMemoryObj
     layout = MemoryLayoutDesc([SHAPE], [torch.bfloat16])
     outs = [TensorMemoryObj.allocate(layout, zero=True) for _ in KEYS]
     for out in outs:
-        out.raw_data.fill_(0xAA)
+        out.raw_data.fill_(SENTINEL)
     bitmap = load_sync(adapter, KEYS, outs)
     assert l1.memory_used_bytes() == 0, "serde temporaries leaked"
     return [bitmap.test(i) for i in range(len(KEYS))], outs
@@ -65,37 +71,83 @@ def _path(adapter: Any, key: ObjectKey) -> Path:
     return Path(adapter.inner_adapter.base_path) / key_file_name(key)
 
 
+def _untouched(out: TensorMemoryObj) -> bool:
+    """No byte of the stored object reached ``out``: it still holds the sentinel everywhere."""
+    return bool((out.raw_data == SENTINEL).all())
+
+
+def _zeroed(out: TensorMemoryObj) -> bool:
+    return int(out.raw_data.count_nonzero()) == 0
+
+
 @pytest.mark.parametrize(("frame_version", "overhead"), [(2, 42), (1, 29)])
 def test_store_and_load_round_trip(make_adapter: Any, l1: L1Manager, frame_version: int,
                                    overhead: int) -> None:
     adapter = make_adapter(frame_version=frame_version)
     objs = _objects()
     result = store_sync(adapter, KEYS, objs)
-    assert result.is_successful() and result.bytes_transferred() == 3 * (NBYTES + overhead)
+    stored_bytes = FRAME_HEADER_BYTES + NBYTES + overhead  # stored-object frame + aesgcm frame
+    assert result.is_successful() and result.bytes_transferred() == 3 * stored_bytes
     for key, obj in zip(KEYS, objs):
         stored = _path(adapter, key).read_bytes()
-        assert len(stored) == NBYTES + overhead and stored[0] == frame_version
+        assert len(stored) == stored_bytes and stored[FRAME_HEADER_BYTES] == frame_version
+        assert parse_header(stored).payload_length == NBYTES + overhead
         assert obj_bytes(obj)[:64] not in stored, "plaintext reached the disk"
     hits, outs = _load(adapter, l1)
     assert hits == [True, True, True]
     for obj, out in zip(objs, outs):
         assert torch.equal(obj.raw_data, out.raw_data)
+    assert adapter.metrics()["rejections"] == {}
 
 
 @pytest.mark.parametrize("where", [0, 20, 5000, -1], ids=["version", "iv", "body", "tag"])
 def test_tampered_file_misses_alone(make_adapter: Any, l1: L1Manager, where: int) -> None:
+    """A flipped bit in the aesgcm frame (``where``: offset in it) is refused by the stored frame.
+
+    The payload checksum catches it before the serde runs, so no byte reaches the destination; a
+    serde that authenticates its own bytes skips that checksum, and then the serde refuses it
+    (``decode``) and zeroes the destination. Either way the refused file is deleted.
+    """
     adapter = make_adapter()
     objs = _objects()
     assert store_sync(adapter, KEYS, objs).is_successful()
     path = _path(adapter, KEYS[1])
     data = bytearray(path.read_bytes())
+    data[where + FRAME_HEADER_BYTES if where >= 0 else where] ^= 0x10
+    path.write_bytes(bytes(data))
+    hits, outs = _load(adapter, l1)
+    assert hits == [True, False, True]
+    assert torch.equal(outs[0].raw_data, objs[0].raw_data)
+    assert torch.equal(outs[2].raw_data, objs[2].raw_data)
+    assert not torch.equal(outs[1].raw_data, objs[1].raw_data)
+    reason = "checksum" if adapter.framer.checksum else "decode"
+    if reason == "checksum":
+        assert _untouched(outs[1]), "a key refused by the frame must not be written"
+    else:
+        assert _zeroed(outs[1]), "a missed key must not keep plaintext"
+    metrics = adapter.metrics()
+    assert metrics["rejections"] == {reason: 1} and metrics["repaired"] == 1
+    assert not path.exists(), "the refused object is deleted (self-repair)"
+
+
+@pytest.mark.parametrize("where", [0, 20, 5000, -1], ids=["version", "iv", "body", "tag"])
+def test_tampered_file_misses_alone_without_the_stored_frame(make_adapter: Any, l1: L1Manager,
+                                                            where: int) -> None:
+    """LMCache-shared mode: the serde's own contract — refused, and the destination zeroed."""
+    adapter = make_adapter(frame=False)
+    objs = _objects()
+    assert store_sync(adapter, KEYS, objs).is_successful()
+    path = _path(adapter, KEYS[1])
+    data = bytearray(path.read_bytes())
+    assert len(data) == NBYTES + 42 and data[0] == 2  # the aesgcm frame alone
     data[where] ^= 0x10
     path.write_bytes(bytes(data))
     hits, outs = _load(adapter, l1)
     assert hits == [True, False, True]
     assert torch.equal(outs[0].raw_data, objs[0].raw_data)
     assert torch.equal(outs[2].raw_data, objs[2].raw_data)
-    assert int(outs[1].raw_data.count_nonzero()) == 0, "a missed key must not keep plaintext"
+    assert _zeroed(outs[1]), "a missed key must not keep plaintext"
+    assert adapter.metrics()["rejections"] == {"decode": 1}
 
 
 def test_truncated_file_misses_alone(make_adapter: Any, l1: L1Manager) -> None:
@@ -103,29 +155,55 @@ def test_truncated_file_misses_alone(make_adapter: Any, l1: L1Manager) -> None:
     assert store_sync(adapter, KEYS, _objects()).is_successful()
     path = _path(adapter, KEYS[2])
     path.write_bytes(path.read_bytes()[:-1])
-    hits, _ = _load(adapter, l1)
+    hits, outs = _load(adapter, l1)
     assert hits == [True, True, False]
+    assert _untouched(outs[2])
+    assert adapter.metrics()["rejections"] == {"length": 1}  # shorter than its header says
 
 
-def test_v2_file_moved_to_another_key_misses(make_adapter: Any, l1: L1Manager) -> None:
-    adapter = make_adapter()
+@pytest.mark.parametrize("frame_version", [2, 1])
+def test_file_moved_to_another_key_is_refused_by_the_stored_frame(
+    make_adapter: Any, l1: L1Manager, frame_version: int
+) -> None:
+    """The stored frame binds every object to its key, whatever the aesgcm frame version."""
+    adapter = make_adapter(frame_version=frame_version)
+    objs = _objects()
+    assert store_sync(adapter, KEYS, objs).is_successful()
+    shutil.copyfile(_path(adapter, KEYS[0]), _path(adapter, KEYS[2]))
+    hits, outs = _load(adapter, l1)
+    assert hits == [True, True, False], "a file copied under another key must not be served"
+    assert _untouched(outs[2]), "a key refused by the frame must not be written"
+    assert adapter.metrics()["rejections"] == {"key": 1}
+    assert not _path(adapter, KEYS[2]).exists()  # deleted: the next store writes it again
+    assert _path(adapter, KEYS[0]).exists()
+
+
+def test_v2_file_moved_to_another_key_misses_without_the_stored_frame(
+    make_adapter: Any, l1: L1Manager
+) -> None:
+    """LMCache-shared mode: aesgcm frame v2 binds itself to its key (the serde refuses it)."""
+    adapter = make_adapter(frame=False)
     objs = _objects()
     assert store_sync(adapter, KEYS, objs).is_successful()
     shutil.copyfile(_path(adapter, KEYS[0]), _path(adapter, KEYS[2]))
     hits, outs = _load(adapter, l1)
     assert hits == [True, True, False], "a frame copied under another key must not be served"
-    assert int(outs[2].raw_data.count_nonzero()) == 0
+    assert _zeroed(outs[2])
+    assert adapter.metrics()["rejections"] == {"decode": 1}
 
 
-def test_v1_file_moved_to_another_key_is_served(make_adapter: Any, l1: L1Manager) -> None:
-    """The documented limit of LMCache's format: nothing binds a v1 frame to its key."""
-    adapter = make_adapter(frame_version=1)
+def test_v1_file_moved_to_another_key_is_served_without_the_stored_frame(
+    make_adapter: Any, l1: L1Manager
+) -> None:
+    """What LMCache-shared mode gives up: nothing binds a v1 frame to its key (LMCache's format)."""
+    adapter = make_adapter(frame_version=1, frame=False)
     objs = _objects()
     assert store_sync(adapter, KEYS, objs).is_successful()
     shutil.copyfile(_path(adapter, KEYS[0]), _path(adapter, KEYS[2]))
     hits, outs = _load(adapter, l1)
     assert hits == [True, True, True]
     assert torch.equal(outs[2].raw_data, objs[0].raw_data)
+    assert adapter.metrics()["rejections"] == {}
 
 
 def test_v1_files_readable_after_switching_to_v2(make_adapter: Any, l1: L1Manager) -> None:
@@ -168,8 +246,11 @@ def test_chained_after_another_serde(tmp_path: Path, master_key_file: Path,
     try:
         objs = _objects()
         result = store_sync(adapter, KEYS, objs)
-        assert result.is_successful() and result.bytes_transferred() == 3 * (NBYTES + 42)
-        assert (tmp_path / "chain" / key_file_name(KEYS[0])).read_bytes()[0] == 2
+        # one stored-object frame around the chain's output (the aesgcm v2 frame)
+        stored_bytes = FRAME_HEADER_BYTES + NBYTES + 42
+        assert result.is_successful() and result.bytes_transferred() == 3 * stored_bytes
+        stored = (tmp_path / "chain" / key_file_name(KEYS[0])).read_bytes()
+        assert len(stored) == stored_bytes and stored[FRAME_HEADER_BYTES] == 2
         hits, outs = _load(adapter, l1)
         assert hits == [True, True, True]
         assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))

@@ -1,4 +1,8 @@
-"""End to end: two-group K/V objects through ``SerdeL2AdapterWrapper`` and the ``fs`` adapter."""
+"""End to end: two-group K/V objects through ``SerdeL2AdapterWrapper`` and the ``fs`` adapter.
+
+Every stored file is the wrapper's stored-object frame header (``FRAME_HEADER_BYTES``) followed by
+the codec's blob, unless the adapter spec says ``"serde_frame": false`` (LMCache-shared mode).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from lmserde import (
     TensorMemoryObj,
     create_serde_processor,
 )
+from lmserde.l2 import FRAME_HEADER_BYTES
+from lmserde.l2.stored_frame import parse_header
 from lmserde_asym_k16_v8 import AsymCodec, EncodedKVHeader
 
 SHAPE = [16, 4, 2, 32]  # 4096 elements per tensor
@@ -62,18 +68,32 @@ def fs_wrapper(tmp_path: Path, manager: l1.L1Manager):
     adapter.close()
 
 
+@pytest.fixture
+def raw_fs_wrapper(tmp_path: Path, manager: l1.L1Manager):
+    """The same serde storing the codec's blob alone (``serde_frame: false``, LMCache-shared)."""
+    adapter = l2.create_l2_adapter(
+        {"type": "fs", "base_path": str(tmp_path / "kv-raw"), "serde": {"type": "asym_k16_v8"},
+         "serde_frame": False}, manager
+    )
+    yield adapter
+    adapter.close()
+
+
 def test_store_and_load_through_fs(fs_wrapper, manager, tmp_path: Path) -> None:
     keys = [key(i) for i in range(3)]
     objs = [kv_object(i) for i in range(3)]
     result = l2.store_sync(fs_wrapper, keys, objs)
     assert result.is_successful()
-    assert result.bytes_transferred() == 3 * BLOB
+    assert result.bytes_transferred() == 3 * (FRAME_HEADER_BYTES + BLOB)
     inner = fs_wrapper.inner_adapter
     for k in keys:
         path = inner.path_of(k)
-        assert os.path.getsize(path) == BLOB  # narrowed: the file is the blob, not the estimate
+        # narrowed: the file is the frame header + the blob, not the estimate
+        assert os.path.getsize(path) == FRAME_HEADER_BYTES + BLOB
         with open(path, "rb") as f:
-            header = EncodedKVHeader.unpack(f.read(300))
+            data = f.read()
+        assert parse_header(data).payload_length == BLOB
+        header = EncodedKVHeader.unpack(data[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + 300])
         assert (header.k_payload_len, header.v_payload_len, header.scale_payload_len) == (
             2 * NUMEL, NUMEL, 4)
     outs = [sentinel_object() for _ in keys]
@@ -82,14 +102,22 @@ def test_store_and_load_through_fs(fs_wrapper, manager, tmp_path: Path) -> None:
     for src, out in zip(objs, outs):
         assert torch.equal(out.get_tensor(0), src.get_tensor(0)), "K is not bit-exact"
         assert v_close(out.get_tensor(1), src.get_tensor(1))
+    assert fs_wrapper.metrics()["rejections"] == {}
     assert manager.memory_used_bytes() == 0, "temporaries leaked"
 
 
-def test_stored_files_decode_with_the_codec(fs_wrapper) -> None:
+def test_stored_files_decode_with_the_codec(fs_wrapper, raw_fs_wrapper) -> None:
+    """Without the frame the file is the codec's blob; with it, the header + that same blob."""
     obj = kv_object(9)
+    assert l2.store_sync(raw_fs_wrapper, [key(9)], [obj]).is_successful()
     assert l2.store_sync(fs_wrapper, [key(9)], [obj]).is_successful()
+    with open(raw_fs_wrapper.inner_adapter.path_of(key(9)), "rb") as f:
+        raw = f.read()
     with open(fs_wrapper.inner_adapter.path_of(key(9)), "rb") as f:
-        blob = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        framed = f.read()
+    assert len(raw) == BLOB
+    assert len(framed) == FRAME_HEADER_BYTES + BLOB and framed[FRAME_HEADER_BYTES:] == raw
+    blob = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
     k_out = torch.empty(SHAPE, dtype=torch.bfloat16)
     v_out = torch.empty(SHAPE, dtype=torch.bfloat16)
     codec = AsymCodec()
@@ -121,7 +149,12 @@ def test_corrupt_file_is_a_miss_for_that_key_only(fs_wrapper, manager, damage: s
 
 
 def test_v_only_load_leaves_k_untouched(tmp_path: Path, manager) -> None:
-    """A V-only blob on fs loads through the wrapper into V; the K group keeps its bytes."""
+    """A V-only blob on fs loads through the wrapper into V; the K group keeps its bytes.
+
+    The blob is written by the codec directly, without a stored-object frame, so the wrappers read
+    it with ``"serde_frame": false`` (V-only storage through the wrapper is issue #15's tier-split
+    work).
+    """
     base = str(tmp_path / "kv-v")
     plain = l2.create_l2_adapter({"type": "fs", "base_path": base}, None)
     src = kv_object(31)
@@ -136,7 +169,8 @@ def test_v_only_load_leaves_k_untouched(tmp_path: Path, manager) -> None:
         proc.close()
         plain.close()
     wrapper = l2.create_l2_adapter(
-        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8_v_only"}}, manager
+        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8_v_only"},
+         "serde_frame": False}, manager
     )
     try:
         out = sentinel_object()
@@ -147,10 +181,12 @@ def test_v_only_load_leaves_k_untouched(tmp_path: Path, manager) -> None:
         wrapper.close()
     # the storage-only serde refuses the same V-only blob: a miss
     storage = l2.create_l2_adapter(
-        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8"}}, manager
+        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8"}, "serde_frame": False},
+        manager
     )
     try:
         assert l2.load_sync(storage, [key(31)], [sentinel_object()]).count() == 0
+        assert storage.metrics()["rejections"] == {"decode": 1}  # the serde refused it
     finally:
         storage.close()
     assert manager.memory_used_bytes() == 0

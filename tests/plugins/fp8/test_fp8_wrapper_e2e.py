@@ -1,8 +1,10 @@
 """End to end: the fp8 serde on the fs L2 adapter through ``SerdeL2AdapterWrapper`` and an L1Manager.
 
 Objects live in L1, are stored to disk through the wrapper, L1 is dropped (objects deleted, adapter
-closed, a fresh L1 and adapter built on the same directory), and the keys are loaded back. Files
-written with ``scaling: none`` are exactly LMCache's fp8 bytes, and LMCache-written files load.
+closed, a fresh L1 and adapter built on the same directory), and the keys are loaded back. With
+``"serde_frame": false`` (the mode for an L2 shared with LMCache) files written with
+``scaling: none`` are exactly LMCache's fp8 bytes, and LMCache-written files load; by default each
+file is the stored-object frame header (``FRAME_HEADER_BYTES``) followed by those same bytes.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ pytest.importorskip("lmserde.l2")
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
     SerdeL2AdapterWrapper,
     create_l2_adapter,
     key_file_name,
     load_sync,
     store_sync,
 )
+from lmserde.l2.stored_frame import parse_header
 from lmserde_fp8 import Fp8QuantizationDeserializer
 
 LAYOUTS = {
@@ -67,9 +71,10 @@ def _lmcache_decode(data: bytes, layout: MemoryLayoutDesc, fp8: torch.dtype) -> 
 def adapters(tmp_path: Path) -> Iterator[Any]:
     made: list[Any] = []
 
-    def make(l1: L1Manager, **serde: Any) -> Any:
+    def make(l1: L1Manager, *, frame: bool = True, base: str = "l2", **serde: Any) -> Any:
         adapter = create_l2_adapter(
-            {"type": "fs", "base_path": str(tmp_path / "l2"), "serde": {"type": "fp8", **serde}}, l1)
+            {"type": "fs", "base_path": str(tmp_path / base), "serde": {"type": "fp8", **serde},
+             "serde_frame": frame}, l1)
         made.append(adapter)
         return adapter
 
@@ -111,8 +116,8 @@ def test_store_drop_l1_load_is_lmcache_compatible(adapters: Any, tmp_path: Path,
     layout = LAYOUTS[layout_name]
     fp8 = getattr(torch, fp8_name)
     l1 = L1Manager(64 << 20)
-    adapter = adapters(l1, fp8_dtype=fp8_name)
-    assert isinstance(adapter, SerdeL2AdapterWrapper)
+    adapter = adapters(l1, frame=False, fp8_dtype=fp8_name)  # LMCache-shared mode
+    assert isinstance(adapter, SerdeL2AdapterWrapper) and not adapter.framed
     originals = _store_from_l1(adapter, l1, layout)
 
     # on disk: exactly LMCache's fp8 bytes
@@ -127,12 +132,24 @@ def test_store_drop_l1_load_is_lmcache_compatible(adapters: Any, tmp_path: Path,
     assert l1.num_objects() == 0 and l1.memory_used_bytes() == 0
     adapter.close()
     fresh = L1Manager(64 << 20)
-    hits, loaded = _load_into_l1(adapters(fresh, fp8_dtype=fp8_name), fresh, layout)
+    hits, loaded = _load_into_l1(adapters(fresh, frame=False, fp8_dtype=fp8_name), fresh, layout)
     assert hits == [True, True, True]
     assert fresh.memory_used_bytes() == 3 * layout.nbytes, "serde temporaries leaked"
     for key, data in zip(KEYS, loaded):
         stored = (tmp_path / "l2" / key_file_name(key)).read_bytes()
         assert data == _lmcache_decode(stored, layout, fp8)
+
+    # with the frame (the default) the file is the header followed by the same payload bytes
+    framed_l1 = L1Manager(64 << 20)
+    framed = adapters(framed_l1, base="l2-framed", fp8_dtype=fp8_name)
+    assert framed.framed
+    _store_from_l1(framed, framed_l1, layout)
+    for key in KEYS:
+        payload = (tmp_path / "l2" / key_file_name(key)).read_bytes()
+        stored = (tmp_path / "l2-framed" / key_file_name(key)).read_bytes()
+        assert len(stored) == FRAME_HEADER_BYTES + len(payload)
+        assert stored[FRAME_HEADER_BYTES:] == payload
+        assert parse_header(stored).payload_length == len(payload)
 
 
 def test_lmcache_written_files_load(adapters: Any, tmp_path: Path) -> None:
@@ -146,9 +163,15 @@ def test_lmcache_written_files_load(adapters: Any, tmp_path: Path) -> None:
         (tmp_path / "l2" / key_file_name(key)).write_bytes(data)
         expected.append(_lmcache_decode(data, layout, torch.float8_e4m3fn))
     l1 = L1Manager(64 << 20)
-    hits, loaded = _load_into_l1(adapters(l1), l1, layout)
+    hits, loaded = _load_into_l1(adapters(l1, frame=False), l1, layout)  # LMCache-shared mode
     assert hits == [True, True, True]
     assert loaded == expected
+    # a framing adapter never decodes them as its own: no frame header, a miss by reason
+    framed_l1 = L1Manager(64 << 20)
+    framed = adapters(framed_l1)
+    hits, _ = _load_into_l1(framed, framed_l1, layout)
+    assert hits == [False, False, False]
+    assert framed.metrics()["rejections"] == {"format": 3}
 
 
 @pytest.mark.parametrize("scaling", ["per_tensor", "per_token"])
@@ -165,9 +188,11 @@ def test_scaled_modes_store_drop_load(adapters: Any, tmp_path: Path, scaling: st
     reader = Fp8QuantizationDeserializer(scaling=scaling)
     for key, data, original in zip(KEYS, loaded, originals):
         stored = (tmp_path / "l2" / key_file_name(key)).read_bytes()
-        assert stored[:4] == b"LF8S"
+        payload = stored[FRAME_HEADER_BYTES:]  # the serde's bytes follow the frame header
+        assert parse_header(stored).payload_length == len(payload)
+        assert payload[:4] == b"LF8S"
         out = TensorMemoryObj.allocate(layout)
-        reader.deserialize(TensorMemoryObj.from_tensor(torch.frombuffer(bytearray(stored),
+        reader.deserialize(TensorMemoryObj.from_tensor(torch.frombuffer(bytearray(payload),
                                                                         dtype=torch.uint8)), out, key)
         assert data == bytes(out.raw_data.tolist())
         x = torch.frombuffer(bytearray(original), dtype=torch.bfloat16).float()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from lmserde.l1 import L1Manager
-from lmserde.l2 import load_sync, lookup_sync, store_sync
+from lmserde.l2 import FRAME_HEADER_BYTES, load_sync, lookup_sync, store_sync
 from lmserde_redis.local_server import LocalRedisCluster
 from redis_collect import TaskCollector
 from redis_kv import NBYTES, eventually, kv_object, make_key, same_bytes, sentinel
@@ -24,11 +24,12 @@ def test_round_trip_over_every_shard(redis_cluster: LocalRedisCluster,
                                  serde={"type": "identity"}, batch_keys=5)
     keys = [make_key(i, salt="t") for i in range(N)]
     objs = [kv_object(i) for i in range(N)]
-    assert store_sync(adapter, keys, objs).bytes_transferred() == N * NBYTES
+    stored = FRAME_HEADER_BYTES + NBYTES  # the stored-object frame header, then the KV bytes
+    assert store_sync(adapter, keys, objs).bytes_transferred() == N * stored
     inner = adapter.inner_adapter
     owners = {redis_cluster.node_for(inner.redis_key(k)).port for k in keys}
     assert len(owners) == 3, "keys should spread over all three shards"
-    assert adapter.get_object_sizes(keys) == dict.fromkeys(keys, NBYTES)
+    assert adapter.get_object_sizes(keys) == dict.fromkeys(keys, stored)
     assert lookup_sync(adapter, keys).count() == N
     assert set(inner.list_l2_keys()) == set(keys)
     outs = [sentinel() for _ in keys]

@@ -1,8 +1,9 @@
 """Round trips through ``SerdeL2AdapterWrapper`` on Redis with every shipped serde.
 
 Each case stores KV objects through ``create_l2_adapter({"type": "redis", ..., "serde": ...})``,
-checks what Redis holds (serialized bytes, sizes reported for the wrapper), reloads them into
-fresh objects and checks the values with the serde's own accuracy contract.
+checks what Redis holds (the stored-object frame header, ``FRAME_HEADER_BYTES``, followed by the
+serialized bytes; sizes reported for the wrapper), reloads them into fresh objects and checks the
+values with the serde's own accuracy contract.
 ``asym_k16_v8_v_only`` is not in the list: it is a split-tier serde (K stays in L1), which the
 KV-together wrapper refuses by design.
 """
@@ -19,7 +20,8 @@ import pytest
 import torch
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.l1 import L1Manager
-from lmserde.l2 import load_sync, lookup_sync, store_sync
+from lmserde.l2 import FRAME_HEADER_BYTES, load_sync, lookup_sync, store_sync
+from lmserde.l2.stored_frame import parse_header
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import KV_LAYOUT, LAYOUT, NBYTES, kv_object, make_key, sentinel
 
@@ -55,19 +57,19 @@ class Case:
     serde: dict[str, Any]
     check: Check
     layout: MemoryLayoutDesc = LAYOUT
-    stored_size: int | None = None  # exact bytes in Redis, when the format fixes it
+    payload_size: int | None = None  # exact serde bytes (after the frame header), when fixed
     needs_key_file: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 CASES = [
-    Case("identity", None, {"type": "identity"}, exact, stored_size=NBYTES),
-    Case("fp8", "lmserde_fp8", {"type": "fp8"}, fp8_cast, stored_size=NBYTES // 2),
+    Case("identity", None, {"type": "identity"}, exact, payload_size=NBYTES),
+    Case("fp8", "lmserde_fp8", {"type": "fp8"}, fp8_cast, payload_size=NBYTES // 2),
     Case("aesgcm-v2", "lmserde_aesgcm", {"type": "aesgcm"}, exact, needs_key_file=True),
     Case("aesgcm-v1", "lmserde_aesgcm", {"type": "aesgcm", "frame_version": 1}, exact,
-         stored_size=NBYTES + 29, needs_key_file=True),
+         payload_size=NBYTES + 29, needs_key_file=True),
     Case("asym_k16_v8", "lmserde_asym_k16_v8", {"type": "asym_k16_v8"}, k_exact_v_close,
-         layout=KV_LAYOUT, stored_size=213 + NBYTES + NBYTES // 2 + 4),
+         layout=KV_LAYOUT, payload_size=213 + NBYTES + NBYTES // 2 + 4),
     Case("turboquant", "lmserde_turboquant",
          {"type": "turboquant", "head_dim": 32, "skip_first_layers": 1, "skip_last_layers": 1},
          close_to(0.1)),
@@ -105,18 +107,23 @@ def test_round_trip_through_the_wrapper(
     sizes = adapter.get_object_sizes(keys)
     assert set(sizes) == set(keys)
     assert result.bytes_transferred() == sum(sizes.values())
-    if case.stored_size is not None:
-        assert set(sizes.values()) == {case.stored_size}
+    if case.payload_size is not None:
+        assert set(sizes.values()) == {FRAME_HEADER_BYTES + case.payload_size}
     with redis_server.client() as c:
         stored = c.get(adapter.inner_adapter.redis_key(keys[0]))
     assert stored is not None and len(stored) == sizes[keys[0]]
+    payload = stored[FRAME_HEADER_BYTES:]
+    assert parse_header(stored).payload_length == len(payload)
     if case.check is not exact or case.name.startswith("aesgcm"):
-        assert stored != bytes(objs[0].byte_array)[: len(stored)]  # transformed, not raw KV
+        assert payload != bytes(objs[0].byte_array)[: len(payload)]  # transformed, not raw KV
+    else:
+        assert payload == bytes(objs[0].byte_array)  # identity: the KV bytes behind the header
     assert lookup_sync(adapter, keys).count() == 4
     outs = [sentinel(case.layout) for _ in keys]
     assert load_sync(adapter, keys, outs).count() == 4
     for out, src in zip(outs, objs):
         assert case.check(out, src)
+    assert adapter.metrics()["rejections"] == {}
     assert l1.memory_used_bytes() == 0, "serde temporaries leaked"
 
 
@@ -132,7 +139,8 @@ def test_a_chain_quantizes_then_encrypts(redis_server: LocalRedisServer,
     keys = [make_key(i) for i in range(3)]
     objs = [kv_object(i) for i in range(3)]
     assert store_sync(adapter, keys, objs).is_successful()
-    assert set(adapter.get_object_sizes(keys).values()) == {NBYTES // 2 + 29}
+    # one frame header around the chain's output (fp8 codes in an aesgcm v1 frame)
+    assert set(adapter.get_object_sizes(keys).values()) == {FRAME_HEADER_BYTES + NBYTES // 2 + 29}
     outs = [sentinel() for _ in keys]
     assert load_sync(adapter, keys, outs).count() == 3
     assert all(fp8_cast(o, s) for o, s in zip(outs, objs))

@@ -10,7 +10,8 @@ import pytest
 import torch
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
-from lmserde.l2 import create_l2_adapter, key_file_name, load_sync, store_sync
+from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, load_sync, store_sync
+from lmserde.l2.stored_frame import parse_header
 from lmserde_turboquant import TurboQuantConfig
 from tq_support import kv_tensor, rel_error
 
@@ -57,13 +58,16 @@ def test_store_and_load_through_fs(make_adapter: Any, l1: L1Manager, preset: str
     adapter = make_adapter(preset=preset, max_workers=2)
     xs = [kv_tensor(SHAPE, dtype, seed=i) for i in range(len(KEYS))]
     result = store_sync(adapter, KEYS, [TensorMemoryObj.from_tensor(x) for x in xs])
-    expected = TurboQuantConfig(preset=preset).plan(torch.Size(SHAPE), dtype).nbytes
+    payload = TurboQuantConfig(preset=preset).plan(torch.Size(SHAPE), dtype).nbytes
+    expected = FRAME_HEADER_BYTES + payload  # the stored-object frame header, then the plan's bytes
     assert result.is_successful() and result.bytes_transferred() == 3 * expected
     base = Path(adapter.inner_adapter.base_path)
     for key in KEYS:
-        assert (base / key_file_name(key)).stat().st_size == expected
+        stored = (base / key_file_name(key)).read_bytes()
+        assert len(stored) == expected and parse_header(stored).payload_length == payload
     hits, outs = _load(adapter, l1, dtype)
     assert hits == [True, True, True]
+    assert adapter.metrics()["rejections"] == {}
     for x, out in zip(xs, outs):
         y = out.tensor
         assert torch.equal(y[:, :2], x[:, :2]) and torch.equal(y[:, 4:], x[:, 4:])  # raw layers
