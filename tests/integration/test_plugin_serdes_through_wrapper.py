@@ -10,7 +10,13 @@ import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for
 from lmserde import MemoryLayoutDesc
 from lmserde.l1 import L1Manager
-from lmserde.l2 import FRAME_HEADER_BYTES, MemoryL2Adapter, SerdeL2AdapterWrapper, create_l2_adapter, key_file_name
+from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
+    MemoryL2Adapter,
+    SerdeL2AdapterWrapper,
+    create_l2_adapter,
+    key_file_name,
+)
 from lmserde.registry import create_serde_processor
 from lmserde.spec import SerdeSizeContract
 

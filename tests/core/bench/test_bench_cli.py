@@ -433,3 +433,13 @@ def test_json_is_strict(bench_json: BenchJson) -> None:
 
     finite(report)
     json.dumps(report, allow_nan=False)
+
+
+def test_an_unframed_adapter_spec_stores_raw_serde_bytes(bench_json: BenchJson) -> None:
+    """``"serde_frame": false`` (LMCache-shared mode) is accepted and measured as such."""
+    report = bench_json("--serde", "identity", "--adapter",
+                        '{"type": "memory", "serde_frame": false}')
+    (row,) = report["results"]
+    assert row["stored_bytes_per_chunk"] == report["source"]["chunk_bytes"]
+    assert report["frame"] is None  # nothing to compare: the run stores no frames
+    assert report["settings"]["adapter"]["serde_frame"] is False

@@ -49,7 +49,9 @@ def validate_adapter_spec(spec: Mapping[str, Any]) -> None:
         )
     try:
         adapter_spec = get_l2_adapter_spec(adapter_type)
-        options = {k: v for k, v in spec.items() if k != "type"}
+        options = {k: v for k, v in spec.items() if k not in ("type", "serde_frame")}
+        if not isinstance(spec.get("serde_frame", True), bool):
+            raise ValueError(f"'serde_frame' must be true or false, got {spec['serde_frame']!r}")
         if _needs_base_path(adapter_spec, options):
             options["base_path"] = "/nonexistent-placeholder"  # filled in per run
         adapter_spec.validate(adapter_type, options)
@@ -66,7 +68,8 @@ def complete_adapter_spec(spec: Mapping[str, Any], workdir: Path) -> dict[str, A
     """``spec`` with a temporary ``base_path`` under ``workdir`` where one is needed."""
     out = dict(spec)
     adapter_spec = get_l2_adapter_spec(out["type"])
-    if _needs_base_path(adapter_spec, {k: v for k, v in out.items() if k != "type"}):
+    if _needs_base_path(adapter_spec, {k: v for k, v in out.items()
+                                       if k not in ("type", "serde_frame")}):
         path = workdir / "l2"
         path.mkdir(exist_ok=True)
         out["base_path"] = str(path)
