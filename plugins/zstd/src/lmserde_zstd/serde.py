@@ -36,7 +36,7 @@ def element_size_of(obj: Any) -> int:
     """
     get_dtypes = getattr(obj, "get_dtypes", None)
     dtypes = list(get_dtypes()) if callable(get_dtypes) else []
-    sizes = {torch.empty(0, dtype=d).element_size() for d in dtypes}
+    sizes = {d.itemsize for d in dtypes}
     size = sizes.pop() if len(sizes) == 1 else 1
     return size if 1 <= size <= 255 else 1
 
