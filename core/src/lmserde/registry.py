@@ -40,6 +40,7 @@ _KNOWN_DISTRIBUTIONS = {
     "turboquant": "lmserde-turboquant",
     "asym_k16_v8": "lmserde-asym-k16-v8",
     "asym_k16_v8_v_only": "lmserde-asym-k16-v8",
+    "zstd": "lmserde-zstd",
 }
 
 _lock = threading.RLock()

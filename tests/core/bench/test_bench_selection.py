@@ -123,6 +123,23 @@ def test_defaults_expand_turboquant_presets_and_skip_split_tier_and_broken(
     assert any(n.startswith("broken: not run (ImportError: no)") for n in notes)
 
 
+def test_default_chains_run_when_every_stage_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_zstd = [SerdeInfo("identity", "lmserde", "0.1", "available", ""),
+                 SerdeInfo("fp8", "lmserde-fp8", "0.1", "available", ""),
+                 SerdeInfo("zstd", "lmserde-zstd", "0.1", "available", "")]
+    monkeypatch.setattr(serde_selection, "get_serde_spec", lambda name: IDENTITY_SPEC)
+    monkeypatch.setattr(serde_selection, "list_serdes", lambda: with_zstd)
+    serdes, _ = default_serdes()
+    assert [s.label for s in serdes] == ["identity", "fp8", "zstd", "fp8+zstd"]
+    assert serdes[-1].config == [{"type": "fp8"}, {"type": "zstd"}] and serdes[-1].default
+    broken_zstd = [*with_zstd[:2], SerdeInfo("zstd", "lmserde-zstd", "0.1", "failed", "",
+                                             error="ImportError: no blosc2")]
+    monkeypatch.setattr(serde_selection, "list_serdes", lambda: broken_zstd)
+    serdes, notes = default_serdes()
+    assert [s.label for s in serdes] == ["identity", "fp8"]
+    assert any(n.startswith("zstd: not run (ImportError") for n in notes)
+
+
 def test_complete_config_fills_only_what_the_serde_declares(
     tmp_path: Path, test_serdes: Callable[..., None]
 ) -> None:

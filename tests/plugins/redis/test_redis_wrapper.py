@@ -73,6 +73,7 @@ CASES = [
     Case("turboquant", "lmserde_turboquant",
          {"type": "turboquant", "head_dim": 32, "skip_first_layers": 1, "skip_last_layers": 1},
          close_to(0.1)),
+    Case("zstd", "lmserde_zstd", {"type": "zstd"}, exact),
 ]
 
 
@@ -144,6 +145,23 @@ def test_a_chain_quantizes_then_encrypts(redis_server: LocalRedisServer,
     outs = [sentinel() for _ in keys]
     assert load_sync(adapter, keys, outs).count() == 3
     assert all(fp8_cast(o, s) for o, s in zip(outs, objs))
+
+
+def test_zstd_stores_its_compressed_length(redis_server: LocalRedisServer,
+                                           make_redis_adapter: Callable[..., Any],
+                                           l1: L1Manager) -> None:
+    pytest.importorskip("lmserde_zstd")
+    adapter = make_redis_adapter(l1=l1, url=redis_server.url, serde={"type": "zstd"})
+    keys = [make_key(i) for i in range(3)]
+    objs = [kv_object(i) for i in range(3)]
+    assert store_sync(adapter, keys, objs).is_successful()
+    sizes = adapter.get_object_sizes(keys)
+    assert all(size < 0.85 * NBYTES for size in sizes.values()), sizes  # bf16 KV: ~1.3-1.45x
+    with redis_server.client() as c:
+        assert len(c.get(adapter.inner_adapter.redis_key(keys[0]))) == sizes[keys[0]]
+    outs = [sentinel() for _ in keys]
+    assert load_sync(adapter, keys, outs).count() == 3
+    assert all(exact(o, s) for o, s in zip(outs, objs))
 
 
 def test_a_payload_that_does_not_decode_is_a_miss_for_that_key(

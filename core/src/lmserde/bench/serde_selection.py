@@ -31,6 +31,7 @@ __all__ = [
     "complete_config",
     "TURBOQUANT_PRESETS",
     "BENCH_VARIANTS",
+    "BENCH_CHAINS",
 ]
 
 SerdeConfigValue = dict[str, Any] | list[dict[str, Any]]
@@ -43,6 +44,12 @@ TURBOQUANT_PRESETS = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_
 BENCH_VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {
     "turboquant": tuple({"preset": p} for p in TURBOQUANT_PRESETS),
 }
+
+#: Chains the default run measures after the single serdes, each one when every stage's type is
+#: installed and loads: quantize, then compress the fp8 codes losslessly.
+BENCH_CHAINS: tuple[tuple[dict[str, Any], ...], ...] = (
+    ({"type": "fp8"}, {"type": "zstd"}),
+)
 
 #: Serde types the default run leaves out, with the reason shown to the user.
 _NOT_BY_DEFAULT = {
@@ -180,7 +187,8 @@ def default_serdes() -> tuple[list[BenchSerde], list[str]]:
     """Every installed serde with benchmark options, and notes on the ones left out.
 
     Types in :data:`BENCH_VARIANTS` run once per variant the installed version accepts (and with
-    defaults when it accepts none); every other type runs with its defaults.
+    defaults when it accepts none); every other type runs with its defaults. Then each chain of
+    :data:`BENCH_CHAINS` whose stage types all run.
     """
     serdes: list[BenchSerde] = []
     notes: list[str] = []
@@ -197,6 +205,11 @@ def default_serdes() -> tuple[list[BenchSerde], list[str]]:
         for options in variants:
             config = {"type": info.name, **options}
             serdes.append(BenchSerde(label_for(config), config, default=True))
+    running = {s.config["type"] for s in serdes if isinstance(s.config, dict)}
+    for chain in BENCH_CHAINS:
+        if all(stage["type"] in running for stage in chain):
+            stages = [dict(stage) for stage in chain]
+            serdes.append(BenchSerde(label_for(stages), stages, default=True))
     return serdes, notes
 
 

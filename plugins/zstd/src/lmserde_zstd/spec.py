@@ -1,0 +1,98 @@
+"""The ``zstd`` serde as published under the ``lmcache.serde`` entry point: options and factory.
+
+Data kinds: ``zstd`` consumes KV tensors or plain bytes and produces bytes. It does not consume
+ciphertext: encrypted bytes look random, so ``[aesgcm, zstd]`` would spend CPU to store as many
+bytes; compress first (``[zstd, aesgcm]``). Cores that check chain composition (``DataKind``)
+refuse the reverse order when the config is created; on older cores the declaration is left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import lmserde
+from lmserde import (
+    AsyncSerdeProcessor,
+    SerdeOption,
+    SerdeProcessor,
+    SerdeSizeContract,
+    SerdeSpec,
+    max_workers_option,
+)
+
+from lmserde_zstd.frame import VERSION, Shuffle
+from lmserde_zstd.serde import DEFAULT_MIN_SAVING, ZstdDeserializer, ZstdSerializer
+
+__all__ = ["SERDE_TYPE", "ZSTD_OPTIONS", "ZSTD_SPEC", "create_zstd_processor"]
+
+SERDE_TYPE = "zstd"
+
+
+def _check_level(value: int) -> None:
+    if not 1 <= value <= 9:
+        raise ValueError(f"level must be 1..9 (1 fastest, 9 smallest), got {value}")
+
+
+def _check_min_saving(value: float) -> None:
+    if not 0 <= value < 1:
+        raise ValueError(
+            f"min_saving must be a share of the input in [0, 1) (default 1/64 = {DEFAULT_MIN_SAVING}), "
+            f"got {value}"
+        )
+
+
+def _check_nthreads(value: int) -> None:
+    if not 1 <= value <= 256:
+        raise ValueError(f"nthreads must be 1..256, got {value}")
+
+
+ZSTD_OPTIONS: tuple[SerdeOption, ...] = (
+    SerdeOption("level", int, 1,
+                "compression level 1..9 (blosc2's scale, mapped onto zstd levels); 1 is fastest "
+                "and, on KV data, compresses nearly as well as higher levels", check=_check_level),
+    SerdeOption("shuffle", str, Shuffle.BYTE.value,
+                "byte: group byte i of every element before compressing (the exponent bytes of "
+                "bf16/fp16 compress, mantissa bytes barely); bit: group bits; none",
+                choices=tuple(s.value for s in Shuffle)),
+    SerdeOption("min_saving", float, DEFAULT_MIN_SAVING,
+                "store the input raw (flagged in the frame) when compression saves less than this "
+                "share of it: incompressible data costs a few header bytes, not a decode per load",
+                check=_check_min_saving),
+    SerdeOption("nthreads", int, 1,
+                "blosc2 threads per object (blocks of one chunk in parallel); max_workers runs "
+                "separate chunks in parallel", check=_check_nthreads),
+    max_workers_option(1),
+)
+
+
+def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
+    """Build the processor from validated kwargs (every option present, defaults filled in)."""
+    serializer = ZstdSerializer(level=kwargs["level"], shuffle=kwargs["shuffle"],
+                                min_saving=kwargs["min_saving"], nthreads=kwargs["nthreads"])
+    deserializer = ZstdDeserializer(nthreads=kwargs["nthreads"])
+    return AsyncSerdeProcessor(serializer, deserializer, kwargs["max_workers"],
+                               serde_type=SERDE_TYPE)
+
+
+def _core_declarations() -> dict[str, Any]:
+    """What this core's ``SerdeSpec`` can hold beyond the basics: data kinds, format version."""
+    fields = {f.name for f in dataclasses.fields(SerdeSpec)}
+    extra: dict[str, Any] = {}
+    data_kind = getattr(lmserde, "DataKind", None)
+    if data_kind is not None and {"consumes", "produces"} <= fields:
+        extra["consumes"] = frozenset({data_kind.KV_TENSORS, data_kind.BYTES})
+        extra["produces"] = data_kind.BYTES
+    if "format_version" in fields:
+        extra["format_version"] = VERSION
+    return extra
+
+
+ZSTD_SPEC = SerdeSpec(
+    factory=create_zstd_processor,
+    description="lossless byte-shuffle + zstd (blosc2); stores incompressible input raw",
+    options=ZSTD_OPTIONS,
+    size_contract=SerdeSizeContract.UPPER_BOUND,
+    lossy=False,
+    **_core_declarations(),
+)

@@ -1,0 +1,52 @@
+"""The published spec: options validated when a config is created, size contract, data kinds."""
+
+from __future__ import annotations
+
+import lmserde
+import pytest
+from lmserde import SerdeSizeContract, create_serde_processor, get_serde_spec
+
+
+def test_spec_declares_upper_bound_and_lossless() -> None:
+    spec = get_serde_spec("zstd")
+    assert spec.size_contract is SerdeSizeContract.UPPER_BOUND
+    assert spec.lossy is False
+    assert {o.name for o in spec.options or ()} == {
+        "level", "shuffle", "min_saving", "nthreads", "max_workers"}
+
+
+def test_defaults() -> None:
+    opts = get_serde_spec("zstd").validate("zstd", {})
+    assert opts == {"level": 1, "shuffle": "byte", "min_saving": 1 / 64, "nthreads": 1,
+                    "max_workers": 1}
+
+
+def test_numbers_from_yaml_and_json_are_coerced() -> None:
+    opts = get_serde_spec("zstd").validate("zstd", {"level": "3", "nthreads": 2.0,
+                                                    "min_saving": "0.1"})
+    assert (opts["level"], opts["nthreads"], opts["min_saving"]) == (3, 2, 0.1)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"level": 0}, "level must be 1..9"),
+    ({"level": 10}, "level must be 1..9"),
+    ({"shuffle": "nibble"}, "must be one of"),
+    ({"min_saving": 1.0}, "min_saving"),
+    ({"min_saving": -0.1}, "min_saving"),
+    ({"nthreads": 0}, "nthreads"),
+    ({"max_workers": 0}, "max_workers"),
+    ({"levle": 3}, "Did you mean 'level'"),
+], ids=str)
+def test_invalid_options_are_refused_when_the_config_is_created(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        create_serde_processor({"type": "zstd", **kwargs})
+
+
+@pytest.mark.skipif(getattr(lmserde, "DataKind", None) is None,
+                    reason="this core has no lmserde.DataKind (chain data kinds): the declaration "
+                           "is left out until it does")
+def test_spec_declares_its_data_kinds() -> None:
+    kind = lmserde.DataKind
+    spec = get_serde_spec("zstd")
+    assert spec.consumes == frozenset({kind.KV_TENSORS, kind.BYTES})
+    assert spec.produces is kind.BYTES
