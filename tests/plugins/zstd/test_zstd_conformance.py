@@ -1,4 +1,4 @@
-"""The lmserde conformance kit for the ``zstd`` serde, in each shuffle mode and at a higher level."""
+"""The lmserde conformance kit for the ``zstd`` serde: both codecs, each shuffle mode, a higher level."""
 
 from __future__ import annotations
 
@@ -10,13 +10,25 @@ class TestZstdConformance(SerdeConformance):
     detects_corruption = True  # magic and header checksum
 
 
-class TestZstdBitShuffleConformance(SerdeConformance):
+class TestZstdPlanesLevel5NoShuffleConformance(SerdeConformance):
     serde_type = "zstd"
-    serde_kwargs = {"shuffle": "bit", "level": 5}
+    serde_kwargs = {"level": 5, "shuffle": "none", "min_saving": 0.0, "max_workers": 2}
     detects_corruption = True
 
 
-class TestZstdNoShuffleConformance(SerdeConformance):
+class TestZstdBlosc2Conformance(SerdeConformance):
     serde_type = "zstd"
-    serde_kwargs = {"shuffle": "none", "min_saving": 0.0, "nthreads": 2}
+    serde_kwargs = {"codec": "blosc2"}
+    detects_corruption = True
+
+
+class TestZstdBlosc2BitShuffleConformance(SerdeConformance):
+    serde_type = "zstd"
+    serde_kwargs = {"codec": "blosc2", "shuffle": "bit", "level": 5}
+    detects_corruption = True
+
+
+class TestZstdBlosc2NoShuffleConformance(SerdeConformance):
+    serde_type = "zstd"
+    serde_kwargs = {"codec": "blosc2", "shuffle": "none", "min_saving": 0.0, "nthreads": 2}
     detects_corruption = True

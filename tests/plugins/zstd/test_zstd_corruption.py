@@ -1,5 +1,6 @@
 """Damaged, truncated, foreign and forged frames raise ``ValueError``: never a crash, never a read
-past the frame, never a write past (or an allocation beyond) the destination."""
+past the frame, never a write past (or an allocation beyond) the destination. Both codecs: the
+default ``planes`` (codec 2) and ``blosc2`` (codec 1, the 0.1 format)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ from zstd_support import decode, encode, gaussian, rewrite_header, same_bytes
 
 SRC = gaussian([8, 512], torch.bfloat16, seed=11)
 LAYOUT = SRC.get_layout()
-FRAME = encode(SRC)
+FRAME = encode(SRC, ZstdSerializer(codec="blosc2"))  # codec 1
+PLANES = encode(SRC)  # codec 2, the default
 STORED = encode(SRC, ZstdSerializer(min_saving=0.9))
+BLOSC2_STORED = encode(SRC, ZstdSerializer(codec="blosc2", min_saving=0.9))
+ALL = [FRAME, PLANES, STORED, BLOSC2_STORED]
+ALL_IDS = ["blosc2", "planes", "stored", "blosc2-stored"]
+COMPRESSED = [FRAME, PLANES]
+COMPRESSED_IDS = ["blosc2", "planes"]
 
 
 def _decodes_exactly_or_raises(frame: bytes, layout: MemoryLayoutDesc = LAYOUT) -> bool:
@@ -29,20 +36,23 @@ def _decodes_exactly_or_raises(frame: bytes, layout: MemoryLayoutDesc = LAYOUT) 
     return same_bytes(out, SRC)
 
 
-def test_the_fixtures_take_both_paths() -> None:
+def test_the_fixtures_take_every_path() -> None:
     assert len(FRAME) < len(STORED) == HEADER_SIZE + SRC.get_size()
+    assert len(PLANES) < len(STORED) == len(BLOSC2_STORED)
+    assert [f[5] for f in ALL] == [1, 2, 2, 1]  # codec ids
+    assert [f[4] for f in ALL] == [1, 2, 2, 1]  # versions
 
 
-@pytest.mark.parametrize("frame", [FRAME, STORED], ids=["compressed", "stored"])
+@pytest.mark.parametrize("frame", ALL, ids=ALL_IDS)
 def test_every_truncation_raises(frame: bytes) -> None:
-    for cut in range(0, len(frame), max(1, len(frame) // 300)):
+    for cut in range(len(frame)):
         with pytest.raises(ValueError):
             decode(frame[:cut], LAYOUT)
     with pytest.raises(ValueError):
         decode(frame[:-1], LAYOUT)
 
 
-@pytest.mark.parametrize("frame", [FRAME, STORED], ids=["compressed", "stored"])
+@pytest.mark.parametrize("frame", ALL, ids=ALL_IDS)
 def test_every_header_bit_flip_raises(frame: bytes) -> None:
     for bit in range(HEADER_SIZE * 8):
         damaged = bytearray(frame)
@@ -51,7 +61,8 @@ def test_every_header_bit_flip_raises(frame: bytes) -> None:
             decode(bytes(damaged), LAYOUT)
 
 
-def test_payload_bit_flips_never_crash_nor_change_the_length() -> None:
+@pytest.mark.parametrize("frame", COMPRESSED, ids=COMPRESSED_IDS)
+def test_payload_bit_flips_never_crash_nor_change_the_length(frame: bytes) -> None:
     """A flipped payload bit raises or decodes to exactly the destination's size.
 
     The payload carries no checksum of its own (the wrapper's stored-object frame checks whole
@@ -59,21 +70,32 @@ def test_payload_bit_flips_never_crash_nor_change_the_length() -> None:
     write outside the destination.
     """
     gen = torch.Generator().manual_seed(5)
-    positions = torch.randint(HEADER_SIZE, len(FRAME), (400,), generator=gen).tolist()
+    positions = torch.randint(HEADER_SIZE, len(frame), (400,), generator=gen).tolist()
     raised = 0
     for i, pos in enumerate(positions):
-        damaged = bytearray(FRAME)
+        damaged = bytearray(frame)
         damaged[pos] ^= 1 << (i % 8)
         raised += not _decodes_exactly_or_raises(bytes(damaged))
-    # the chunk header, block offsets and zstd's own structure catch most flips
+    # blosc2: the chunk header, block offsets and zstd's structure catch most flips; planes: the
+    # plane table's CRC and zstd's structure do, and a flip in a raw plane decodes to other bytes
     assert raised > 0
 
 
-def test_wrong_destination_length_raises() -> None:
+def test_every_bit_flip_in_the_plane_table_raises() -> None:
+    """The plane table (2 entries of 16 bytes and an 8-byte trailer) is covered by its CRC."""
+    for bit in range((2 * 16 + 8) * 8):
+        damaged = bytearray(PLANES)
+        damaged[HEADER_SIZE + bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(FrameError):
+            decode(bytes(damaged), LAYOUT)
+
+
+@pytest.mark.parametrize("frame", ALL, ids=ALL_IDS)
+def test_wrong_destination_length_raises(frame: bytes) -> None:
     for layout in (MemoryLayoutDesc([[8, 511]], [torch.bfloat16]),
                    MemoryLayoutDesc([[8, 513]], [torch.bfloat16])):
         with pytest.raises(FrameError, match="destination"):
-            decode(FRAME, layout)
+            decode(frame, layout)
 
 
 def test_garbage_and_foreign_bytes_raise() -> None:
@@ -83,17 +105,30 @@ def test_garbage_and_foreign_bytes_raise() -> None:
             decode(data, LAYOUT)
 
 
-def test_a_forged_payload_length_beyond_the_source_raises_before_reading() -> None:
-    forged = rewrite_header(FRAME, payload_length=len(FRAME))  # claims more than there is
+@pytest.mark.parametrize("frame", COMPRESSED, ids=COMPRESSED_IDS)
+def test_a_forged_payload_length_beyond_the_source_raises_before_reading(frame: bytes) -> None:
+    forged = rewrite_header(frame, payload_length=len(frame))  # claims more than there is
     with pytest.raises(FrameError, match="truncated"):
         decode(forged, LAYOUT, extra=b"\0" * 16)  # some bytes follow, but not enough
 
 
-def test_a_forged_stored_frame_must_match_its_raw_length() -> None:
+@pytest.mark.parametrize("frame", COMPRESSED, ids=COMPRESSED_IDS)
+def test_a_forged_payload_length_inside_the_source_raises(frame: bytes) -> None:
+    """A header whose payload length is shorter or longer than the payload, with enough bytes in
+    the source, is caught by the codec's own lengths (blosc2 chunk header, plane table)."""
+    payload = len(frame) - HEADER_SIZE
+    for claimed in (payload - 1, payload + 1):
+        with pytest.raises(FrameError):
+            decode(rewrite_header(frame, payload_length=claimed), LAYOUT, extra=b"\0" * 64)
+
+
+@pytest.mark.parametrize("stored,frame", [(STORED, PLANES), (BLOSC2_STORED, FRAME)],
+                         ids=COMPRESSED_IDS)
+def test_a_forged_stored_frame_must_match_its_raw_length(stored: bytes, frame: bytes) -> None:
     with pytest.raises(FrameError, match="stored"):
-        decode(rewrite_header(STORED, payload_length=10), LAYOUT)
+        decode(rewrite_header(stored, payload_length=10), LAYOUT)
     with pytest.raises(FrameError, match="not smaller"):
-        decode(rewrite_header(FRAME, payload_length=SRC.get_size()), LAYOUT, extra=b"\0" * 9000)
+        decode(rewrite_header(frame, payload_length=SRC.get_size()), LAYOUT, extra=b"\0" * 9000)
 
 
 def test_a_chunk_claiming_more_bytes_than_the_destination_never_decodes() -> None:
@@ -115,12 +150,21 @@ def test_a_chunk_claiming_more_compressed_bytes_than_the_payload_never_decodes()
         decode(bytes(body) + b"\0" * 64, LAYOUT)
 
 
-@pytest.mark.parametrize("fields", [{"codec": 2}, {"shuffle": 3}, {"element_size": 0},
-                                    {"flags": 0x02}, {"version": 2},
-                                    {"raw_length": 1 << 62}], ids=str)
-def test_forged_header_fields_raise(fields: dict[str, int]) -> None:
+@pytest.mark.parametrize("fields", [
+    {"codec": 2}, {"codec": 3}, {"shuffle": 3}, {"element_size": 0}, {"flags": 0x02},
+    {"version": 2}, {"version": 3}, {"raw_length": 1 << 62}], ids=str)
+def test_forged_header_fields_of_a_blosc2_frame_raise(fields: dict[str, int]) -> None:
     with pytest.raises(FrameError):
         decode(rewrite_header(FRAME, **fields), LAYOUT)
+
+
+@pytest.mark.parametrize("fields", [
+    {"codec": 1}, {"version": 1}, {"codec": 1, "version": 1}, {"shuffle": 0}, {"shuffle": 2},
+    {"element_size": 3}, {"element_size": 16}, {"element_size": 4}, {"element_size": 1},
+    {"flags": 0x02}, {"raw_length": 1 << 62}], ids=str)
+def test_forged_header_fields_of_a_planes_frame_raise(fields: dict[str, int]) -> None:
+    with pytest.raises(FrameError):
+        decode(rewrite_header(PLANES, **fields), LAYOUT)
 
 
 def test_element_size_disagreeing_with_the_chunk_raises() -> None:
@@ -128,12 +172,14 @@ def test_element_size_disagreeing_with_the_chunk_raises() -> None:
         decode(rewrite_header(FRAME, element_size=4), LAYOUT)
 
 
+@pytest.mark.parametrize("frame", COMPRESSED, ids=COMPRESSED_IDS)
 @settings(max_examples=150, deadline=None)
-@given(edits=st.lists(st.tuples(st.integers(0, len(FRAME) - 1), st.integers(1, 255)),
-                      min_size=1, max_size=8))
-def test_random_edits_anywhere_raise_or_decode_to_the_right_length(
-        edits: list[tuple[int, int]]) -> None:
-    damaged = bytearray(FRAME)
+@given(data=st.data())
+def test_random_edits_anywhere_raise_or_decode_to_the_right_length(frame: bytes,
+                                                                   data: st.DataObject) -> None:
+    edits = data.draw(st.lists(st.tuples(st.integers(0, len(frame) - 1), st.integers(1, 255)),
+                               min_size=1, max_size=8))
+    damaged = bytearray(frame)
     for pos, xor in edits:
         damaged[pos] ^= xor
     _decodes_exactly_or_raises(bytes(damaged))
@@ -146,8 +192,8 @@ def test_decoder_errors_fail_the_item_in_the_processor_not_the_host() -> None:
 
     proc = create_serde_processor({"type": "zstd"})
     try:
-        good = byte_object(FRAME)
-        bad = byte_object(FRAME[:-5])
+        good = byte_object(PLANES)
+        bad = byte_object(PLANES[:-5])
         outs = [TensorMemoryObj.allocate(LAYOUT, zero=True) for _ in range(2)]
         task = proc.submit_deserialize([good, bad], outs, [KEY, KEY])
         assert wait_for_result(proc, task, serialize=False) is False

@@ -12,13 +12,13 @@ def test_spec_declares_upper_bound_and_lossless() -> None:
     assert spec.size_contract is SerdeSizeContract.UPPER_BOUND
     assert spec.lossy is False
     assert {o.name for o in spec.options or ()} == {
-        "level", "shuffle", "min_saving", "nthreads", "max_workers"}
+        "codec", "level", "shuffle", "min_saving", "nthreads", "max_workers"}
 
 
 def test_defaults() -> None:
     opts = get_serde_spec("zstd").validate("zstd", {})
-    assert opts == {"level": 1, "shuffle": "byte", "min_saving": 1 / 64, "nthreads": 1,
-                    "max_workers": 1}
+    assert opts == {"codec": "planes", "level": 1, "shuffle": "byte", "min_saving": 1 / 64,
+                    "nthreads": 1, "max_workers": 1}
 
 
 def test_numbers_from_yaml_and_json_are_coerced() -> None:
@@ -31,6 +31,8 @@ def test_numbers_from_yaml_and_json_are_coerced() -> None:
     ({"level": 0}, "level must be 1..9"),
     ({"level": 10}, "level must be 1..9"),
     ({"shuffle": "nibble"}, "must be one of"),
+    ({"codec": "lz4"}, "must be one of"),
+    ({"shuffle": "bit"}, "needs codec 'blosc2'"),
     ({"min_saving": 1.0}, "min_saving"),
     ({"min_saving": -0.1}, "min_saving"),
     ({"nthreads": 0}, "nthreads"),
@@ -40,6 +42,23 @@ def test_numbers_from_yaml_and_json_are_coerced() -> None:
 def test_invalid_options_are_refused_when_the_config_is_created(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         create_serde_processor({"type": "zstd", **kwargs})
+
+
+@pytest.mark.parametrize("codec,wire", [("planes", 2), ("blosc2", 1)])
+def test_the_codec_option_picks_the_codec(codec: str, wire: int) -> None:
+    import torch
+    from zstd_support import encode, gaussian
+
+    proc = create_serde_processor({"type": "zstd", "codec": codec})
+    try:
+        frame = encode(gaussian([16, 256], torch.bfloat16), proc.serializer)
+    finally:
+        proc.close()
+    assert frame[5] == wire
+
+
+def test_bit_shuffle_with_blosc2_is_accepted() -> None:
+    create_serde_processor({"type": "zstd", "codec": "blosc2", "shuffle": "bit"}).close()
 
 
 @pytest.mark.skipif(getattr(lmserde, "DataKind", None) is None,

@@ -3,10 +3,10 @@
 ```
 offset  size  field
 0       4     magic b"LZST"
-4       1     version (1)
-5       1     codec: 1 = a blosc2 chunk compressed with zstd
-6       1     shuffle: 0 = none, 1 = byte, 2 = bit
-7       1     element size the shuffle used (1..255)
+4       1     version: 1 for codec 1 frames, 2 for codec 2 frames
+5       1     codec: 1 = a blosc2 chunk compressed with zstd; 2 = byte planes, zstd per plane
+6       1     shuffle: 0 = none, 1 = byte, 2 = bit (codec 2: always 1)
+7       1     element size the shuffle used (1..255; codec 2: 1, 2, 4 or 8)
 8       1     flags: bit 0 = STORED (the payload is the input, unchanged); other bits 0
 9       3     reserved, 0
 12      4     CRC-32 of the header with this field zeroed, uint32 little-endian
@@ -15,8 +15,9 @@ offset  size  field
 32      P     payload
 ```
 
-Every field is checked on read (see :meth:`FrameHeader.parse`); the header CRC makes any flipped
-header bit an error instead of a misread length or codec.
+Version 2 added codec 2; a reader of version 2 reads both versions, a version-1 reader refuses
+codec-2 frames by their version. Every field is checked on read (see :meth:`FrameHeader.parse`);
+the header CRC makes any flipped header bit an error instead of a misread length or codec.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "FLAG_STORED", "Codec", "Shuffle", "FrameHeader",
-           "FrameError"]
+__all__ = ["MAGIC", "VERSION", "VERSION_OF_CODEC", "HEADER_SIZE", "FLAG_STORED", "Codec",
+           "Shuffle", "FrameHeader", "FrameError"]
 
 MAGIC = b"LZST"
-VERSION = 1
+VERSION = 2
+#: The version a frame of each codec carries (codec-1 frames stay readable by version-1 readers).
+VERSION_OF_CODEC: dict[int, int] = {1: 1, 2: 2}
 FLAG_STORED = 0x01
 _KNOWN_FLAGS = FLAG_STORED
 _LAYOUT = struct.Struct("<4sBBBBB3sIQQ")
@@ -46,6 +49,12 @@ class Codec(enum.IntEnum):
     """How a compressed payload was written (wire ids)."""
 
     BLOSC2_ZSTD = 1
+    PLANES_ZSTD = 2
+
+    @property
+    def version(self) -> int:
+        """The frame version written with this codec."""
+        return VERSION_OF_CODEC[int(self)]
 
 
 class Shuffle(enum.Enum):
@@ -98,7 +107,7 @@ class FrameHeader:
 
     def pack(self) -> bytes:
         flags = FLAG_STORED if self.stored else 0
-        fields = (MAGIC, VERSION, int(self.codec), self.shuffle.wire_id, self.element_size, flags,
+        fields = (MAGIC, self.codec.version, int(self.codec), self.shuffle.wire_id, self.element_size, flags,
                   b"\0\0\0", 0, self.raw_length, self.payload_length)
         header = _LAYOUT.pack(*fields)
         return _LAYOUT.pack(*fields[:7], _crc(header), *fields[8:])
@@ -126,10 +135,19 @@ class FrameHeader:
             )
         if crc != _crc(header):
             raise FrameError("zstd frame: header checksum mismatch (the header is damaged)")
-        if version != VERSION:
-            raise FrameError(f"zstd frame: unsupported version {version} (this reader reads {VERSION})")
+        if version not in VERSION_OF_CODEC.values():
+            raise FrameError(
+                f"zstd frame: unsupported version {version} (this reader reads 1 to {VERSION})")
         if codec not in Codec._value2member_map_:
-            raise FrameError(f"zstd frame: unknown codec id {codec} (known: 1 blosc2-zstd)")
+            raise FrameError(
+                f"zstd frame: unknown codec id {codec} (known: 1 blosc2-zstd, 2 planes-zstd)")
+        if VERSION_OF_CODEC[codec] != version:
+            raise FrameError(f"zstd frame: codec {codec} is not written with version {version}")
+        if codec == Codec.PLANES_ZSTD and (shuffle != Shuffle.BYTE.wire_id
+                                           or element_size not in (1, 2, 4, 8)):
+            raise FrameError(
+                f"zstd frame: codec 2 needs shuffle 1 and element size 1, 2, 4 or 8 (got shuffle "
+                f"{shuffle}, element size {element_size})")
         if flags & ~_KNOWN_FLAGS:
             raise FrameError(f"zstd frame: unknown flag bits 0x{flags & ~_KNOWN_FLAGS:02x}")
         if reserved != b"\0\0\0":

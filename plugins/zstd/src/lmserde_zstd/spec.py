@@ -22,7 +22,13 @@ from lmserde import (
 )
 
 from lmserde_zstd.frame import VERSION, Shuffle
-from lmserde_zstd.serde import DEFAULT_MIN_SAVING, ZstdDeserializer, ZstdSerializer
+from lmserde_zstd.serde import (
+    CODECS,
+    DEFAULT_CODEC,
+    DEFAULT_MIN_SAVING,
+    ZstdDeserializer,
+    ZstdSerializer,
+)
 
 __all__ = ["SERDE_TYPE", "ZSTD_OPTIONS", "ZSTD_SPEC", "create_zstd_processor"]
 
@@ -48,27 +54,33 @@ def _check_nthreads(value: int) -> None:
 
 
 ZSTD_OPTIONS: tuple[SerdeOption, ...] = (
+    SerdeOption("codec", str, DEFAULT_CODEC,
+                "planes: split the bytes into planes and zstd-code only the planes that compress "
+                "(fast; frames need lmserde-zstd >= 0.2 to read); blosc2: byte shuffle + zstd "
+                "over every byte (the 0.1 format, slower)", choices=tuple(CODECS)),
     SerdeOption("level", int, 1,
-                "compression level 1..9 (blosc2's scale, mapped onto zstd levels); 1 is fastest "
-                "and, on KV data, compresses nearly as well as higher levels", check=_check_level),
+                "compression level 1..9; 1 is fastest and, on KV data, compresses as well as "
+                "higher levels (planes: 1 = tuned fast zstd, 2-9 = zstd levels; blosc2: "
+                "blosc2's scale)", check=_check_level),
     SerdeOption("shuffle", str, Shuffle.BYTE.value,
                 "byte: group byte i of every element before compressing (the exponent bytes of "
-                "bf16/fp16 compress, mantissa bytes barely); bit: group bits; none",
+                "bf16/fp16 compress, mantissa bytes barely); none; bit (codec blosc2 only)",
                 choices=tuple(s.value for s in Shuffle)),
     SerdeOption("min_saving", float, DEFAULT_MIN_SAVING,
                 "store the input raw (flagged in the frame) when compression saves less than this "
                 "share of it: incompressible data costs a few header bytes, not a decode per load",
                 check=_check_min_saving),
     SerdeOption("nthreads", int, 1,
-                "blosc2 threads per object (blocks of one chunk in parallel); max_workers runs "
-                "separate chunks in parallel", check=_check_nthreads),
+                "blosc2 threads per object (codec blosc2 only: blocks of one chunk in parallel); "
+                "max_workers runs separate chunks in parallel", check=_check_nthreads),
     max_workers_option(1),
 )
 
 
 def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Build the processor from validated kwargs (every option present, defaults filled in)."""
-    serializer = ZstdSerializer(level=kwargs["level"], shuffle=kwargs["shuffle"],
+    serializer = ZstdSerializer(codec=kwargs["codec"], level=kwargs["level"],
+                                shuffle=kwargs["shuffle"],
                                 min_saving=kwargs["min_saving"], nthreads=kwargs["nthreads"])
     deserializer = ZstdDeserializer(nthreads=kwargs["nthreads"])
     return AsyncSerdeProcessor(serializer, deserializer, kwargs["max_workers"],
@@ -90,7 +102,8 @@ def _core_declarations() -> dict[str, Any]:
 
 ZSTD_SPEC = SerdeSpec(
     factory=create_zstd_processor,
-    description="lossless byte-shuffle + zstd (blosc2); stores incompressible input raw",
+    description="lossless byte planes + zstd on the planes that compress; stores incompressible "
+                "input raw",
     options=ZSTD_OPTIONS,
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=False,

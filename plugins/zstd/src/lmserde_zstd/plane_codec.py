@@ -1,0 +1,257 @@
+"""Codec 2, ``planes``: byte planes, zstd on the planes that pay, the others stored as they are.
+
+Why: in a float the sign/exponent byte is redundant and the mantissa bytes are close to random
+(bf16 KV: about 3.3 and 7.97 bits of entropy per byte). Compressing every byte (codec 1, blosc2)
+spends most of the time searching matches in random bytes; here the input is split into byte
+planes (:mod:`lmserde_zstd.planes`, native), a small sample of each plane is compressed to decide
+whether the plane is worth coding, and only those planes go through libzstd (``zstandard``,
+which releases the GIL). Level 1 uses zstd's fast strategy with a 64-entry hash table and a
+7-byte minimum match: on KV exponent planes it is about 2.5x faster than zstd level 1 and
+compresses slightly better (the measurement is in ``docs/plugins/zstd.md``); levels 2-9 are
+zstd's own levels.
+
+Payload (after the frame header), for element size ``E`` (1, 2, 4 or 8), raw length ``N``,
+``P = N // E`` elements and ``N % E`` tail bytes::
+
+    E table entries of 16 bytes:  method (u8: 0 raw, 1 zstd), 7 zero bytes, stored length (u64)
+    table trailer, 8 bytes:       CRC-32 of the entries (u32), 4 zero bytes
+    the stored planes in plane order (plane p = byte p of every element), then the tail bytes
+
+A raw plane is its ``P`` bytes; a zstd plane is one zstd frame (content size ``P`` in its header,
+no dictionary) shorter than ``P``. The payload length must equal the table, the stored lengths
+and the tail exactly. Decoding checks all of that, and each zstd frame's header (content size
+``P``, window at most 2 MiB), before libzstd runs; libzstd decodes straight into a buffer of
+exactly ``P`` bytes (a per-thread scratch plane, or the destination when ``E`` is 1), so nothing
+is allocated from a length the frame claims.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+
+import numpy as np
+import zstandard
+
+from lmserde_zstd import planes as plane_ops
+from lmserde_zstd.frame import FrameError
+
+__all__ = [
+    "ELEMENT_SIZES",
+    "METHOD_RAW",
+    "METHOD_ZSTD",
+    "MIN_PLANE_SAVING",
+    "compress_into",
+    "decompress_into",
+    "plane_element_size",
+    "table_size",
+]
+
+ELEMENT_SIZES = plane_ops.ELEMENT_SIZES
+METHOD_RAW = 0
+METHOD_ZSTD = 1
+_ENTRY = struct.Struct("<B7sQ")
+_TRAILER = struct.Struct("<I4s")
+#: A plane is coded when compressing its sample saves at least this share of the sample.
+MIN_PLANE_SAVING = 1 / 32
+_SAMPLE_WINDOWS = 4
+_SAMPLE_ELEMENTS = 16384  # per window
+_MAX_WINDOW = 1 << 21  # largest zstd window a reader accepts (levels 1-9 use at most this)
+
+
+def table_size(element_size: int) -> int:
+    """Bytes of the plane table (entries and trailer) for ``element_size`` planes."""
+    return element_size * _ENTRY.size + _TRAILER.size
+
+
+def plane_element_size(itemsize: int) -> int:
+    """The element size to split with: the largest of 8, 4, 2, 1 dividing ``itemsize``
+    (16-byte complex values split as two 8-byte halves)."""
+    return next(e for e in (8, 4, 2, 1) if itemsize % e == 0)
+
+
+def _params(level: int) -> zstandard.ZstdCompressionParameters:
+    if level == 1:
+        return zstandard.ZstdCompressionParameters.from_level(
+            1, strategy=zstandard.STRATEGY_FAST, hash_log=6, window_log=17, min_match=7,
+            write_checksum=0, write_dict_id=0)
+    return zstandard.ZstdCompressionParameters.from_level(level, write_checksum=0,
+                                                          write_dict_id=0)
+
+
+class _State(threading.local):
+    """Per-thread libzstd contexts and scratch planes (contexts are not thread-safe)."""
+
+    def __init__(self) -> None:
+        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
+        self.decompressor = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW)
+        self.scratch = np.empty(0, dtype=np.uint8)
+
+    def compressor(self, level: int) -> zstandard.ZstdCompressor:
+        found = self.compressors.get(level)
+        if found is None:
+            found = self.compressors[level] = zstandard.ZstdCompressor(
+                compression_params=_params(level))
+        return found
+
+    def scratch_planes(self, count: int, plane_bytes: int) -> list[np.ndarray]:
+        need = count * plane_bytes
+        if self.scratch.size < need:
+            self.scratch = np.empty(need, dtype=np.uint8)
+        return [self.scratch[i * plane_bytes:(i + 1) * plane_bytes] for i in range(count)]
+
+
+_state = _State()
+
+
+def _planes_worth_coding(data: np.ndarray, element_size: int, count: int,
+                         compressor: zstandard.ZstdCompressor) -> list[bool]:
+    """Per plane: does a sample (up to 4 windows of 16 Ki elements, spread over the input)
+    compress by at least :data:`MIN_PLANE_SAVING`?"""
+    width = min(_SAMPLE_ELEMENTS, -(-count // _SAMPLE_WINDOWS))
+    starts = sorted({i * (count - width) // max(1, _SAMPLE_WINDOWS - 1)
+                     for i in range(_SAMPLE_WINDOWS)})
+    sample = np.empty((element_size, width * len(starts)), dtype=np.uint8)
+    for k, start in enumerate(starts):
+        window = data[start * element_size:(start + width) * element_size]
+        plane_ops.split(window, element_size, [row[k * width:(k + 1) * width] for row in sample])
+    limit = sample.shape[1] * (1 - MIN_PLANE_SAVING)
+    return [len(compressor.compress(row)) <= limit for row in sample]
+
+
+def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level: int) -> int | None:
+    """Write the payload for ``data`` (1-D ``uint8``) into ``out`` (1-D ``uint8``, writable).
+
+    Returns the payload length, or ``None`` when the payload would not fit in ``out`` (the caller
+    then stores the input raw). ``element_size`` is 1, 2, 4 or 8; ``level`` 1-9.
+    """
+    if element_size not in ELEMENT_SIZES:
+        raise ValueError(f"zstd planes: element size must be one of {ELEMENT_SIZES}")
+    n, cap = data.size, out.size
+    count = n // element_size
+    tail = n - count * element_size
+    pos = table_size(element_size)
+    if count == 0 or pos + tail > cap:
+        return None
+    state = _state
+    compressor = state.compressor(level)
+    coded = _planes_worth_coding(data, element_size, count, compressor)
+    # Raw planes before the first coded one are split straight into their place in ``out``.
+    targets: list[np.ndarray | None] = [None] * element_size
+    direct = 0
+    while direct < element_size and not coded[direct] and pos + (direct + 1) * count <= cap:
+        targets[direct] = out[pos + direct * count:pos + (direct + 1) * count]
+        direct += 1
+    scratch = iter(state.scratch_planes(element_size - direct, count))
+    planes = [t if t is not None else next(scratch) for t in targets]
+    plane_ops.split(data, element_size, planes)
+
+    table = bytearray(table_size(element_size))
+    for p, plane in enumerate(planes):
+        method, stored = METHOD_RAW, plane
+        if coded[p]:
+            packed = compressor.compress(plane)
+            if len(packed) < count:
+                method, stored = METHOD_ZSTD, np.frombuffer(packed, dtype=np.uint8)
+        length = stored.size
+        if pos + length > cap:
+            return None
+        if p >= direct:
+            out[pos:pos + length] = stored
+        _ENTRY.pack_into(table, p * _ENTRY.size, method, bytes(7), length)
+        pos += length
+    if pos + tail > cap:
+        return None
+    out[pos:pos + tail] = data[count * element_size:]
+    entries = element_size * _ENTRY.size
+    _TRAILER.pack_into(table, entries, zlib.crc32(table[:entries]), bytes(4))
+    out[:len(table)] = np.frombuffer(bytes(table), dtype=np.uint8)
+    return pos + tail
+
+
+def _read_table(payload: memoryview, element_size: int, count: int,
+                tail: int) -> list[tuple[int, int]]:
+    """The checked ``(method, stored length)`` of every plane."""
+    size = table_size(element_size)
+    if len(payload) < size:
+        raise FrameError(f"zstd planes: payload of {len(payload)} bytes is shorter than its "
+                         f"plane table ({size} bytes)")
+    table = bytes(payload[:size])
+    entries = element_size * _ENTRY.size
+    crc, reserved = _TRAILER.unpack_from(table, entries)
+    if crc != zlib.crc32(table[:entries]) or reserved != bytes(4):
+        raise FrameError("zstd planes: plane table checksum mismatch (the table is damaged)")
+    found = []
+    total = size + tail
+    for p in range(element_size):
+        method, zero, length = _ENTRY.unpack_from(table, p * _ENTRY.size)
+        if zero != bytes(7):
+            raise FrameError(f"zstd planes: plane {p}: reserved bytes are not zero")
+        if method == METHOD_RAW and length != count:
+            raise FrameError(f"zstd planes: raw plane {p} holds {length} bytes, not {count}")
+        if method == METHOD_ZSTD and not 0 < length < count:
+            raise FrameError(f"zstd planes: zstd plane {p} of {length} bytes is not shorter than "
+                             f"the {count} bytes it restores")
+        if method not in (METHOD_RAW, METHOD_ZSTD):
+            raise FrameError(f"zstd planes: plane {p}: unknown method {method}")
+        found.append((method, length))
+        total += length
+    if total != len(payload):
+        raise FrameError(f"zstd planes: table, planes and tail make {total} bytes, the payload "
+                         f"has {len(payload)}")
+    return found
+
+
+def _decode_plane(frame: memoryview, target: np.ndarray, plane: int) -> None:
+    """Decode one zstd frame into ``target``, which it must fill exactly."""
+    try:
+        params = zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"zstd planes: plane {plane}: bad zstd frame header ({exc})") from None
+    if params.content_size != target.size:
+        raise FrameError(f"zstd planes: plane {plane}: zstd frame says {params.content_size} "
+                         f"bytes, the plane has {target.size}")
+    if params.window_size > _MAX_WINDOW or params.dict_id:
+        raise FrameError(f"zstd planes: plane {plane}: zstd frame needs a {params.window_size}-byte "
+                         "window or a dictionary; this writer uses neither")
+    try:
+        with _state.decompressor.stream_reader(frame, read_size=len(frame)) as reader:
+            got = reader.readinto(target)
+    except zstandard.ZstdError as exc:
+        raise FrameError(f"zstd planes: plane {plane}: corrupt zstd frame ({exc})") from None
+    if got != target.size:
+        raise FrameError(f"zstd planes: plane {plane}: zstd frame decoded to {got} bytes, not "
+                         f"{target.size}")
+
+
+def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) -> None:
+    """Decode ``payload`` into ``out`` (1-D ``uint8``), exactly filling it; :class:`FrameError`
+    when the payload is malformed or does not restore exactly ``out.size`` bytes."""
+    if element_size not in ELEMENT_SIZES:
+        raise FrameError(f"zstd planes: element size {element_size} is not one of {ELEMENT_SIZES}")
+    n = out.size
+    count = n // element_size
+    tail = n - count * element_size
+    table = _read_table(payload, element_size, count, tail)
+    pos = table_size(element_size)
+    coded = sum(method == METHOD_ZSTD for method, _ in table)
+    direct = element_size == 1
+    scratch = iter(_state.scratch_planes(0 if direct else coded, count))
+    sources: list[np.ndarray] = []
+    for p, (method, length) in enumerate(table):
+        stored = payload[pos:pos + length]
+        pos += length
+        if method == METHOD_RAW:
+            sources.append(np.frombuffer(stored, dtype=np.uint8))
+        else:
+            target = out[:count] if direct else next(scratch)
+            _decode_plane(stored, target, p)
+            sources.append(target)
+    if direct:
+        if table[0][0] == METHOD_RAW:
+            out[:count] = sources[0]
+    else:
+        plane_ops.merge(sources, element_size, out)
+    if tail:
+        out[count * element_size:] = np.frombuffer(payload[pos:pos + tail], dtype=np.uint8)

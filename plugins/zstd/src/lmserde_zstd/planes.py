@@ -1,0 +1,86 @@
+"""Byte-plane split and merge: plane ``p`` holds byte ``p`` of every element.
+
+The native kernel (``lmserde_zstd._planes``, ``csrc/planes.c``: SSE2 on x86-64, a scalar loop
+elsewhere) is used when it was built; otherwise a numpy strided copy writes the same bytes,
+several times slower. ``LMSERDE_ZSTD_NATIVE=0`` (read at import) or :func:`set_native_enabled`
+turns the native kernel off. Element sizes: 1, 2, 4, 8.
+
+Both functions take ``uint8`` numpy arrays (contiguous) and check every length before a byte
+moves: a call can neither read nor write outside the arrays it is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+
+__all__ = ["ELEMENT_SIZES", "merge", "native_available", "set_native_enabled", "split"]
+
+#: Element sizes the split supports.
+ELEMENT_SIZES = (1, 2, 4, 8)
+
+
+def _load() -> ModuleType | None:
+    try:
+        from lmserde_zstd import _planes  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _planes
+
+
+_native: ModuleType | None = _load()
+_enabled = os.environ.get("LMSERDE_ZSTD_NATIVE", "1").strip().lower() not in ("0", "false", "no")
+
+
+def native_available() -> bool:
+    """True when the native kernel is built, importable and enabled."""
+    return _native is not None and _enabled
+
+
+def set_native_enabled(enabled: bool) -> None:
+    """Use (or stop using) the native kernel process-wide; the numpy path writes the same bytes."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def _check(element_size: int, count: int, planes: Sequence[np.ndarray]) -> None:
+    if element_size not in ELEMENT_SIZES:
+        raise ValueError(f"element size must be one of {ELEMENT_SIZES}, got {element_size}")
+    if len(planes) != element_size:
+        raise ValueError(f"expected {element_size} planes, got {len(planes)}")
+    for p, plane in enumerate(planes):
+        if plane.dtype != np.uint8 or plane.ndim != 1 or plane.size < count:
+            raise ValueError(f"plane {p} must be a 1-D uint8 array of at least {count} bytes")
+
+
+def split(src: np.ndarray, element_size: int, planes: Sequence[np.ndarray]) -> int:
+    """``planes[p][i] = src[i * element_size + p]`` for the ``len(src) // element_size`` whole
+    elements of ``src`` (1-D ``uint8``); returns that element count. Trailing partial-element
+    bytes of ``src`` are not read; each plane must hold at least the element count."""
+    count = src.size // element_size
+    _check(element_size, count, planes)
+    if native_available():
+        assert _native is not None
+        return int(_native.split(src, element_size, planes))
+    grid = src[:count * element_size].reshape(count, element_size)
+    for p, plane in enumerate(planes):
+        plane[:count] = grid[:, p]
+    return count
+
+
+def merge(planes: Sequence[np.ndarray], element_size: int, dst: np.ndarray) -> int:
+    """The inverse of :func:`split`: ``dst[i * element_size + p] = planes[p][i]`` for the
+    ``len(dst) // element_size`` whole elements of ``dst`` (1-D ``uint8``, writable); returns that
+    count. Trailing partial-element bytes of ``dst`` are not written."""
+    count = dst.size // element_size
+    _check(element_size, count, planes)
+    if native_available():
+        assert _native is not None
+        return int(_native.merge(planes, element_size, dst))
+    grid = dst[:count * element_size].reshape(count, element_size)
+    for p, plane in enumerate(planes):
+        grid[:, p] = plane[:count]
+    return count
