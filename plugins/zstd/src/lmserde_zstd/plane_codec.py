@@ -105,6 +105,41 @@ class _State(threading.local):
 _state = _State()
 
 
+class _Full(Exception):
+    """The compressed plane would not fit where it is written (or not be shorter than the plane)."""
+
+
+class _SliceWriter:
+    """A file-like sink for ``ZstdCompressor.stream_writer``: appends into ``out[start:limit]``
+    (so the compressed plane is written in place, not allocated and copied), raising
+    :class:`_Full` rather than passing ``limit``."""
+
+    def __init__(self, out: np.ndarray, start: int, limit: int) -> None:
+        self.out, self.pos, self.limit = out, start, limit
+
+    def write(self, data: bytes) -> int:
+        end = self.pos + len(data)
+        if end > self.limit:
+            raise _Full
+        self.out[self.pos:end] = np.frombuffer(data, dtype=np.uint8)
+        self.pos = end
+        return len(data)
+
+
+def _compress_plane(compressor: zstandard.ZstdCompressor, plane: np.ndarray, out: np.ndarray,
+                    start: int, limit: int) -> int | None:
+    """Write ``plane`` as one zstd frame (content size recorded) at ``out[start:]``, ending before
+    ``limit``; returns its length, or ``None`` when it does not fit."""
+    sink = _SliceWriter(out, start, limit)
+    try:
+        writer = compressor.stream_writer(sink, size=plane.size, closefd=False)
+        writer.write(plane)
+        writer.flush(zstandard.FLUSH_FRAME)
+    except _Full:
+        return None
+    return sink.pos - start
+
+
 def _planes_worth_coding(data: np.ndarray, element_size: int, count: int,
                          compressor: zstandard.ZstdCompressor) -> list[bool]:
     """Per plane: does a sample (up to 4 windows of 16 Ki elements, spread over the input)
@@ -149,16 +184,17 @@ def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level
 
     table = bytearray(table_size(element_size))
     for p, plane in enumerate(planes):
-        method, stored = METHOD_RAW, plane
-        if coded[p]:
-            packed = compressor.compress(plane)
-            if len(packed) < count:
-                method, stored = METHOD_ZSTD, np.frombuffer(packed, dtype=np.uint8)
-        length = stored.size
-        if pos + length > cap:
-            return None
-        if p >= direct:
-            out[pos:pos + length] = stored
+        packed = None
+        if coded[p]:  # a zstd frame shorter than the plane, written in place
+            packed = _compress_plane(compressor, plane, out, pos, min(cap, pos + count - 1))
+        if packed is not None:
+            method, length = METHOD_ZSTD, packed
+        else:
+            method, length = METHOD_RAW, count
+            if pos + length > cap:
+                return None
+            if p >= direct:
+                out[pos:pos + length] = plane
         _ENTRY.pack_into(table, p * _ENTRY.size, method, bytes(7), length)
         pos += length
     if pos + tail > cap:
