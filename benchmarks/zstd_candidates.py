@@ -1,10 +1,10 @@
 """Which lossless coder should back the ``zstd`` serde? Measures the candidates side by side.
 
 The measurement behind the choice recorded in ``docs/plugins/zstd.md``. Not run by ``nox -s bench``
-(it needs libraries the plugin does not depend on): install them first::
+(some candidates need libraries the plugin does not depend on; those missing are skipped)::
 
-    pip install blosc2 zstandard pyzstd zipnn
-    python benchmarks/zstd_candidates.py [--buffers 3] [--repeats 3] [--json]
+    pip install pyzstd zipnn   # optional
+    python benchmarks/zstd_candidates.py [--buffers 3] [--repeats 3] [--only "llama bf16"] [--json]
 
 Inputs: full Llama-3-8B-shaped chunks (32 layers x 256 tokens x 8 KV heads x 128, K and V) from
 the bench's synthetic generator in bf16, fp16 and fp32, the same chunks as fp8 (e4m3) codes, and
@@ -23,7 +23,14 @@ Candidates:
 * ``zstandard zstd1 planes`` / ``pyzstd zstd1 planes``: the bytes split into byte planes (byte
   ``i`` of every element together, by torch), each plane compressed by libzstd;
 * ``zstandard hi-plane only``: only the most significant byte plane (sign/exponent) compressed,
-  the others stored as they are;
+  the others stored as they are (torch split);
+* ``split + zstd <setting> top plane``: the plugin's native split (``lmserde_zstd.planes``), the
+  top plane compressed by libzstd at ``<setting>`` (level 1; the negative levels -1, -3, -5,
+  which turn zstd's Huffman coding of literals off; and ``tuned``: the fast strategy with a
+  64-entry hash table, a 7-byte minimum match and a 128 KiB window), decoded straight into a
+  scratch plane and merged natively;
+* ``lmserde planes (codec 2)``: the serde's default codec end to end (per-plane sample decision,
+  every plane that pays coded with the tuned setting);
 * ``zipnn``: ZipNN's byte grouping plus Huffman coding of the exponent plane.
 """
 
@@ -61,12 +68,67 @@ def _merge(planes: torch.Tensor, out: torch.Tensor, itemsize: int) -> None:
     out.view(-1, itemsize).copy_(planes.t())
 
 
-def _candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
-    import blosc2
-    import pyzstd
+def _native_candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
+    """The plugin's split/merge with libzstd on the top plane, and codec 2 itself."""
+    import numpy as np
     import zstandard
+    from lmserde_zstd import plane_codec, planes
 
     found: dict[str, tuple[Encode, Decode]] = {}
+    outputs: dict[int, np.ndarray] = {}  # per input buffer: where its planes / payload go
+    scratch = np.empty(0, dtype=np.uint8)  # the decoded top plane, reused
+    decoder = zstandard.ZstdDecompressor()
+
+    def out_for(x: torch.Tensor) -> np.ndarray:
+        key = x.data_ptr()
+        if key not in outputs or outputs[key].size < x.numel():
+            outputs[key] = np.empty(x.numel(), dtype=np.uint8)
+        return outputs[key]
+
+    def top_plane(params: zstandard.ZstdCompressionParameters) -> tuple[Encode, Decode]:
+        compressor = zstandard.ZstdCompressor(compression_params=params)
+
+        def enc(x: torch.Tensor) -> Any:
+            out = out_for(x)
+            count = x.numel() // itemsize
+            parts = [out[p * count:(p + 1) * count] for p in range(itemsize)]
+            planes.split(x.numpy(), itemsize, parts)
+            return compressor.compress(parts[-1]), parts[:-1]
+
+        def dec(c: Any, out: torch.Tensor) -> None:
+            count = out.numel() // itemsize
+            if scratch.size < count:
+                scratch.resize(count, refcheck=False)
+            top = scratch[:count]
+            with decoder.stream_reader(c[0], read_size=len(c[0])) as reader:
+                reader.readinto(top)
+            planes.merge([*c[1], top], itemsize, out.numpy())
+        return enc, dec
+
+    levels: dict[str, zstandard.ZstdCompressionParameters] = {
+        f"L{lvl}": zstandard.ZstdCompressionParameters.from_level(lvl) for lvl in (1, -1, -3, -5)}
+    levels["tuned"] = plane_codec._params(1)
+    for name, params in levels.items():
+        found[f"split + zstd {name} top plane"] = top_plane(params)
+
+    def codec2_enc(x: torch.Tensor) -> Any:
+        out = out_for(x)
+        length = plane_codec.compress_into(x.numpy(), out, element_size=itemsize, level=1)
+        assert length is not None
+        return memoryview(out)[:length]
+
+    def codec2_dec(c: Any, out: torch.Tensor) -> None:
+        plane_codec.decompress_into(c, out.numpy(), element_size=itemsize)
+
+    found["lmserde planes (codec 2)"] = (codec2_enc, codec2_dec)
+    return found
+
+
+def _candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
+    import blosc2
+    import zstandard
+
+    found: dict[str, tuple[Encode, Decode]] = _native_candidates(itemsize)
 
     def blosc(codec: Any, filt: Any, split: Any = blosc2.SplitMode.AUTO_SPLIT
               ) -> tuple[Encode, Decode]:
@@ -112,7 +174,13 @@ def _candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
 
     if itemsize > 1:
         found["zstandard zstd1 planes"] = lib_planes(zc.compress, zd.decompress)
-        found["pyzstd zstd1 planes"] = lib_planes(lambda b: pyzstd.compress(b, 1), pyzstd.decompress)
+        try:
+            import pyzstd
+        except ImportError:
+            pass
+        else:
+            found["pyzstd zstd1 planes"] = lib_planes(lambda b: pyzstd.compress(b, 1),
+                                                      pyzstd.decompress)
 
         def hi_enc(x: torch.Tensor) -> Any:
             planes = _planes(x, itemsize)
@@ -143,8 +211,10 @@ def _candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
 
 
 def _size(c: Any) -> int:
-    if isinstance(c, (bytes, bytearray)):
+    if isinstance(c, (bytes, bytearray, memoryview)):
         return len(c)
+    if not isinstance(c, (list, tuple, torch.Tensor)):  # a numpy plane
+        return int(c.nbytes)
     if isinstance(c, torch.Tensor):
         return c.numel() * c.element_size()
     return sum(_size(part) for part in c)

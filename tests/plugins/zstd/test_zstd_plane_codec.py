@@ -85,7 +85,7 @@ def test_a_plane_the_sample_misjudged_is_stored_raw(monkeypatch: pytest.MonkeyPa
     assert [m for m, _ in _table(frame)] == [plane_codec.METHOD_RAW, plane_codec.METHOD_ZSTD]
     assert same_bytes(decode(frame, LAYOUT), SRC)
     monkeypatch.undo()
-    # the abandoned zstd stream leaves this thread's compressor usable
+    # and the next object is coded as before
     assert encode(SRC) == FRAME
 
 

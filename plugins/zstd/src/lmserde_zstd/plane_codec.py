@@ -105,39 +105,18 @@ class _State(threading.local):
 _state = _State()
 
 
-class _Full(Exception):
-    """The compressed plane would not fit where it is written (or not be shorter than the plane)."""
-
-
-class _SliceWriter:
-    """A file-like sink for ``ZstdCompressor.stream_writer``: appends into ``out[start:limit]``
-    (so the compressed plane is written in place, not allocated and copied), raising
-    :class:`_Full` rather than passing ``limit``."""
-
-    def __init__(self, out: np.ndarray, start: int, limit: int) -> None:
-        self.out, self.pos, self.limit = out, start, limit
-
-    def write(self, data: bytes) -> int:
-        end = self.pos + len(data)
-        if end > self.limit:
-            raise _Full
-        self.out[self.pos:end] = np.frombuffer(data, dtype=np.uint8)
-        self.pos = end
-        return len(data)
-
-
 def _compress_plane(compressor: zstandard.ZstdCompressor, plane: np.ndarray, out: np.ndarray,
                     start: int, limit: int) -> int | None:
     """Write ``plane`` as one zstd frame (content size recorded) at ``out[start:]``, ending before
-    ``limit``; returns its length, or ``None`` when it does not fit."""
-    sink = _SliceWriter(out, start, limit)
-    try:
-        writer = compressor.stream_writer(sink, size=plane.size, closefd=False)
-        writer.write(plane)
-        writer.flush(zstandard.FLUSH_FRAME)
-    except _Full:
+    ``limit``; returns its length, or ``None`` when it does not fit.
+
+    (One-shot compression and a copy measured a few percent faster than streaming into ``out``.)
+    """
+    packed = compressor.compress(plane)
+    if start + len(packed) > limit:
         return None
-    return sink.pos - start
+    out[start:start + len(packed)] = np.frombuffer(packed, dtype=np.uint8)
+    return len(packed)
 
 
 def _planes_worth_coding(data: np.ndarray, element_size: int, count: int,
