@@ -11,7 +11,9 @@ the same run):
 * ``<codec> fp8 codes``: the same on the chunks cast to fp8 (e4m3) first;
 * ``<codec> [fp8, zstd]``: the chain, quantize then compress (the fp8 cast included in the time);
 * ``<codec> proc xN``: all chunks submitted at once to ``AsyncSerdeProcessor`` with
-  ``max_workers`` N (separate chunks in parallel), to show scaling across workers.
+  ``max_workers`` N (separate chunks in parallel), to show scaling across workers;
+* ``sha256 threads xN``: the reference for that scaling, N threads hashing the chunks (hashlib
+  releases the GIL): what N threads of GIL-free C code get on this machine right now.
 
 Speeds are input (raw KV) bytes per second, the median over ``--repeats`` passes. Each row shows
 wall-clock GB/s and GB/s per CPU-second (process CPU time: on a shared machine, closer to what a
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
 import json
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -145,6 +149,26 @@ def _processor(codec: str, srcs: list[TensorMemoryObj], workers: int, repeats: i
         proc.close()
 
 
+def _sha256_threads(srcs: list[TensorMemoryObj], workers: int, repeats: int) -> Row:
+    """N threads hashing separate chunks: the scaling this machine allows GIL-free code."""
+    arrays = [s.raw_data.numpy() for s in srcs]
+
+    def hash_all() -> None:
+        def work(k: int) -> None:
+            for a in arrays[k::workers]:
+                hashlib.sha256(a).digest()
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    wall, cpu = _timed(hash_all, repeats)
+    n = sum(s.get_size() for s in srcs)
+    return Row(f"sha256 threads x{workers}", 1.0, n / wall / 1e9, n / wall / 1e9, n / cpu / 1e9,
+               n / cpu / 1e9)
+
+
 def _cpu() -> str:
     """The CPU model and the SIMD flags that matter here (from /proc/cpuinfo, where there is one)."""
     try:
@@ -181,6 +205,7 @@ def run(buffers: int, repeats: int, workers: list[int], codecs: list[str]) -> li
         finally:
             chain.close()
         rows += [_processor(codec, bf16, w, repeats) for w in workers]
+    rows += [_sha256_threads(bf16, w, repeats) for w in workers]
     for r in rows[1:]:
         r.encode_vs_memcpy = r.encode_gbps / base.encode_gbps
         r.decode_vs_memcpy = r.decode_gbps / base.decode_gbps

@@ -13,16 +13,22 @@ from hypothesis import strategies as st
 from lmserde_zstd import planes
 
 native = pytest.mark.skipif(not planes.native_available(),
-                            reason="lmserde_zstd._planes was not built (no C compiler)")
+                            reason="lmserde_zstd._planes is not built (no C compiler) or is disabled")
 
 
 @contextmanager
 def _path(name: str) -> Iterator[None]:
     """Run the block with one implementation: ``numpy``, ``portable`` (scalar C) or ``simd``."""
-    from lmserde_zstd import _planes  # type: ignore[attr-defined]
-
     was_enabled = planes.native_available()
     planes.set_native_enabled(name != "numpy")
+    if name == "numpy":
+        try:
+            yield
+        finally:
+            planes.set_native_enabled(was_enabled)
+        return
+    from lmserde_zstd import _planes  # type: ignore[attr-defined]
+
     _planes.set_portable(name == "portable")
     try:
         yield
@@ -109,3 +115,16 @@ def test_the_native_kernel_checks_lengths_itself() -> None:
         _planes.split(bytes(16), 2, [bytearray(8), b"\0" * 8])  # read-only plane
     with pytest.raises(ValueError, match="element size"):
         _planes.split(bytes(16), 5, [bytearray(8)] * 5)
+
+
+def test_the_native_kernel_is_built_where_a_compiler_is() -> None:
+    """A silently failed build would only make the tests above skip; where the machine has a C
+    compiler and nothing turned the kernel off, it must be there."""
+    import os
+    import shutil
+
+    off = (os.environ.get("LMSERDE_ZSTD_NO_EXTENSION", "") in ("1", "true", "yes")
+           or os.environ.get("LMSERDE_ZSTD_NATIVE", "1").strip().lower() in ("0", "false", "no"))
+    if off or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here, or the native kernel is turned off")
+    assert planes.native_available()
