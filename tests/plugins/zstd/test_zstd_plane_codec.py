@@ -66,6 +66,18 @@ def test_only_the_planes_that_pay_are_coded(dtype: torch.dtype, coded: list[bool
     assert same_bytes(decode(frame, src.get_layout()), src)
 
 
+@pytest.mark.parametrize("level", [3, 9])
+def test_every_level_writes_frames_its_reader_accepts(level: int) -> None:
+    """An exponent plane larger than the 2 MiB window readers accept: zstd's level 9 would use a
+    4 MiB window, so writers cap the window at every level."""
+    big = gaussian([2560, 1024], torch.bfloat16, seed=8)  # 5 MiB: 2.5 MiB planes
+    frame = encode(big, ZstdSerializer(level=level))
+    assert [m for m, _ in _table(frame)] == [plane_codec.METHOD_RAW, plane_codec.METHOD_ZSTD]
+    zframe = frame[HEADER_SIZE + 40 + big.get_size() // 2:]
+    assert zstandard.get_frame_parameters(zframe).window_size <= 1 << 21
+    assert same_bytes(decode(frame, big.get_layout()), big)
+
+
 def test_a_raw_plane_after_a_coded_plane_round_trips() -> None:
     """int16 values whose low byte is small (compressible) and high byte random: the coded plane
     comes first, so the raw plane is written from scratch after it."""

@@ -140,12 +140,15 @@ def test_float_tensors_round_trip(seed: int, rows: int, cols: int, dtype: torch.
 
 @settings(max_examples=60, deadline=None)
 @given(words=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=700),
-       dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32, torch.float64]),
+       dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32, torch.float64,
+                              torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64,
+                              torch.complex128]),
        codec=st.sampled_from(["planes", "blosc2"]))
 def test_arbitrary_bit_patterns_round_trip(words: list[int], dtype: torch.dtype,
                                            codec: str) -> None:
     """Any bit pattern (NaN payloads of both signs, -0.0, infinities, subnormals) survives."""
     raw = b"".join(w.to_bytes(8, "little") for w in words)
+    raw += raw[:8] * (len(words) % 2)  # complex128 needs 16-byte elements
     tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
     src = TensorMemoryObj.from_tensor(tensor.clone())
     out = decode(encode(src, ZstdSerializer(codec=codec, min_saving=0.0)), src.get_layout())

@@ -57,7 +57,7 @@ _TRAILER = struct.Struct("<I4s")
 MIN_PLANE_SAVING = 1 / 32
 _SAMPLE_WINDOWS = 4
 _SAMPLE_ELEMENTS = 16384  # per window
-_MAX_WINDOW = 1 << 21  # largest zstd window a reader accepts (levels 1-9 use at most this)
+_MAX_WINDOW = 1 << 21  # largest zstd window a reader accepts (writers cap every level to it)
 
 
 def table_size(element_size: int) -> int:
@@ -76,8 +76,11 @@ def _params(level: int) -> zstandard.ZstdCompressionParameters:
         return zstandard.ZstdCompressionParameters.from_level(
             1, strategy=zstandard.STRATEGY_FAST, hash_log=6, window_log=17, min_match=7,
             write_checksum=0, write_dict_id=0)
-    return zstandard.ZstdCompressionParameters.from_level(level, write_checksum=0,
-                                                          write_dict_id=0)
+    # zstd's level 9 would use a 4 MiB window; readers accept at most _MAX_WINDOW
+    window_log = min(zstandard.ZstdCompressionParameters.from_level(level).window_log,
+                     _MAX_WINDOW.bit_length() - 1)
+    return zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log,
+                                                          write_checksum=0, write_dict_id=0)
 
 
 class _State(threading.local):
