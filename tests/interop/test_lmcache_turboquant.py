@@ -9,7 +9,8 @@ skipped layers, keys with outlier channels and keys placed on codebook boundarie
 * the streams are byte-identical except (a) slots of padding tokens, which LMCache never writes
   (its destination is ``torch.empty``; ours are zero), and (b) MSE key indices of coordinates
   that lie within float32 rounding of a codebook boundary, and fp16 norms within one fp16 ulp:
-  each such difference is checked to be one of those, and counted;
+  each such difference is checked to be one of those, and counted; (c) a value vector whose
+  minimum is -0.0: LMCache stores the fp16 zero as -0.0, the format as +0.0;
 * LMCache's deserializer reads our bytes, and ours reads LMCache's; the difference between the two
   decoders on the same bytes is bounded by LMCache's fp16 intermediate buffers.
 
@@ -353,6 +354,40 @@ def _decode_difference(theirs: torch.Tensor, ours: torch.Tensor, dtype: torch.dt
         assert (row_err <= bound).all()
         stats["K max row err / row norm"] = float((row_err / rows_o.norm(dim=1)).max())
     return {k: round(v, 7) for k, v in stats.items()}
+
+
+def test_a_negative_zero_minimum_is_the_one_value_byte_that_differs(lmc: ModuleType) -> None:
+    """Exception (c): a value vector whose minimum is -0.0 (no negative entry) gets zero = -0.0
+    (fp16 0x8000) from LMCache and +0.0 from lmserde (the format stores ``min + 0``); the two
+    decode to equal floats."""
+    cfg = lmc.TurboQuantSerdeConfig(preset="turboquant_k8v4", head_dim=64, skip_first_layers=0,
+                                    skip_last_layers=0)
+    kv = torch.rand(2, 1, BLOCK_SIZE, 64, generator=torch.Generator().manual_seed(3)) + 0.5
+    kv[1, 0, 1:, 5] = -0.0  # tokens 1..15: minimum -0.0; token 0: minimum positive
+    kv = kv.half()
+    n = lmc._serialized_nbytes_for_shape(kv.shape, kv.dtype, cfg)
+    theirs, ours = torch.empty(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
+    lmc.TurboQuantSerializer(cfg).serialize(TensorMemoryObj.from_tensor(kv),
+                                            TensorMemoryObj.from_tensor(theirs), KEY)
+    processor = create_serde_processor(SerdeConfig("turboquant", {
+        "preset": "turboquant_k8v4", "head_dim": 64, "skip_first_layers": 0,
+        "skip_last_layers": 0}))
+    try:
+        processor.serializer.serialize(TensorMemoryObj.from_tensor(kv),
+                                       TensorMemoryObj.from_tensor(ours), KEY)
+        decoded, mine = torch.empty_like(kv), torch.empty_like(kv)
+        for src, dst in ((theirs, decoded), (ours, mine)):
+            processor.deserializer.deserialize(TensorMemoryObj.from_tensor(src),
+                                               TensorMemoryObj.from_tensor(dst), KEY)
+    finally:
+        processor.close()
+    slots_t, slots_o = theirs.view(BLOCK_SIZE, -1), ours.view(BLOCK_SIZE, -1)
+    zero_hi = cfg.slot_size - 1  # high byte of the fp16 zero, the slot's last byte
+    assert torch.equal(slots_t[0], slots_o[0])
+    assert (slots_t[1:, zero_hi] == 0x80).all() and (slots_o[1:, zero_hi] == 0).all()
+    slots_t[1:, zero_hi] = 0
+    assert torch.equal(slots_t, slots_o)
+    assert torch.equal(decoded, mine)  # -0.0 == +0.0, and code * scale + zero is the same float
 
 
 @pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_3bit_nc"])
