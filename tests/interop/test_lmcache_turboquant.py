@@ -2,7 +2,8 @@
 against lmserde's ``turboquant`` serde, for LMCache's four presets.
 
 LMCache's ``TurboQuantSerializer`` and ``TurboQuantDeserializer`` run unmodified, with the runtime
-patches of ``lmcache_triton_cpu`` (CPU staging, e4m3 fp8 flavour, GPU-exact fp8 rounding).
+patches of ``lmcache_triton_cpu`` (interpreted kernels, CPU staging, e4m3 fp8 flavour, GPU-exact
+fp8 rounding).
 Checked per preset on bf16, fp16 and float32 tensors, head sizes 64 and 128, default and zero
 skipped layers, keys with outlier channels and keys placed on codebook boundaries:
 
