@@ -37,6 +37,10 @@ LMCACHE_CPU_DEPS = [
     "cachetools", "pyyaml", "aiofiles",
 ]
 
+#: Triton for the interop session: its interpreter runs LMCache's TurboQuant kernels on the CPU
+#: (tests/interop/test_lmcache_turboquant.py). The version pip resolves next to torch 2.13.0 (CPU).
+TRITON = "triton==3.9.0"
+
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -131,8 +135,9 @@ def plugin(session: nox.Session, name: str) -> None:
 
 @nox.session(python="3.11")
 def interop(session: nox.Session) -> None:
-    """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper."""
-    _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS])
+    """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper,
+    and LMCache's TurboQuant Triton kernels run by Triton's interpreter on the CPU."""
+    _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS, TRITON])
     session.install("--no-deps", "lmcache==0.5.6")
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [
         "tests/interop", "tests/plugins/turboquant/test_tq_lmcache_real.py"]))
