@@ -57,7 +57,7 @@ def check_chain_composition(stages: Sequence[tuple[str, SerdeSpec]]) -> None:
                     f" Compressing or quantizing after encryption is pointless (ciphertext does "
                     f"not compress and is not KV data): put '{name}' before the encryption stage."
                 )
-            elif received is DataKind.BYTES and DataKind.KV_TENSORS in accepted:
+            elif not spec.consumes_hint and DataKind.KV_TENSORS in accepted:
                 message += (
                     f" '{name}' works on KV tensors, so it must come first in the chain (only one "
                     "KV-level transform can be applied)."

@@ -129,10 +129,10 @@ def call_hookimpls(
     """Call every implementation of ``hook_name`` separately, each one contained.
 
     Implementations run in pluggy's order (the last registered first), each with the arguments
-    it names from ``kwargs``. One that raises anything (``SystemExit`` and other
-    ``BaseException``\ s included; only a ``KeyboardInterrupt`` on the main thread propagates)
-    is logged naming its plugin and recorded in its result; the other implementations still run
-    (pluggy itself stops at the first one that raises). With ``firstresult`` the calls stop at
+    it names from ``kwargs``. One that raises anything (``SystemExit`` and every other
+    ``BaseException``; only a ``KeyboardInterrupt`` on the main thread propagates) is logged
+    naming its plugin and recorded in its result; the other implementations still run (pluggy
+    itself stops at the first one that raises). With ``firstresult`` the calls stop at
     the first implementation that returns something other than ``None``. Hook wrappers are not
     called. An unknown hook name gives ``[]``.
     """

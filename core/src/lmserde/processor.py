@@ -83,6 +83,8 @@ def _capacity(dst: Any) -> int | None:
     """Bytes a serialize destination can hold (``None`` when it cannot be told)."""
     if dst is None or isinstance(dst, tuple):
         return None
+    if not callable(getattr(dst, "get_size", None)) and getattr(dst, "tensor", None) is None:
+        return None
     try:
         return item_size(dst)
     except Exception:

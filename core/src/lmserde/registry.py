@@ -170,7 +170,7 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
 
     ``config`` is a :class:`SerdeConfig` or a dict with ``type`` and the options. Declared options
     are validated first (``ValueError`` naming an unknown option and the accepted ones); a factory
-    that raises anything (``SystemExit`` and other ``BaseException``\ s included; only a
+    that raises anything (``SystemExit`` and every other ``BaseException``; only a
     ``KeyboardInterrupt`` on the main thread propagates) is reported as a
     :class:`PluginLoadError` naming the plugin, its distribution and version, exception chained.
     The processor gets its identity config (:meth:`~lmserde.SerdeProcessor.get_config`):
