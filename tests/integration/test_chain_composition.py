@@ -81,3 +81,19 @@ def test_good_chains_build(names: list[str], key_file: Path) -> None:
         assert chain.authenticates_output() is (names[-1] == "aesgcm")
     finally:
         chain.close()
+
+
+def test_lmserde_info_shows_kinds_and_identity(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import json
+
+    from lmserde.cli import info_command
+
+    assert info_command.run(argparse.Namespace(type="aesgcm", json=True)) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["consumes"] == ["bytes", "ciphertext", "kv_tensors"]
+    assert data["produces"] == "ciphertext" and data["format_version"] == 1
+    options = {o["name"]: o for o in data["options"]}
+    assert options["master_key_path"]["identity"] is False
+    assert options["frame_version"]["identity"] is True
+    assert options["max_workers"]["maximum"] == 256
