@@ -80,7 +80,7 @@ def test_defaults_leave_unknown_serdes_unrestricted() -> None:
 def test_chains_that_compose_build(names: tuple[str, ...]) -> None:
     chain = create_serde_chain(_chain(*names))
     chain.close()
-    assert BUILT == list(names)
+    assert list(names) == BUILT
 
 
 @pytest.mark.parametrize("names, stage, got, accepts", [

@@ -83,8 +83,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static view of the lazy exports
     from lmserde.base import Deserializer, SerdeConfig, SerdeProcessor, SerdeTaskId, Serializer
     from lmserde.completion_queue import CompletionQueue
-    from lmserde.events import create_event_notifier
     from lmserde.data_kind import DataKind
+    from lmserde.events import create_event_notifier
     from lmserde.hooks import (
         HookImplResult,
         call_hookimpls,

@@ -92,7 +92,7 @@ def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> Non
         pm.register(plugin, name=f"{record.distribution}:{record.name}")
     except PluginLoadError as exc:
         _log.warning("%s", exc)
-    except BaseException as exc:  # noqa: BLE001 - registering runs plugin code too
+    except BaseException as exc:  # registering runs plugin code too
         if must_propagate(exc):
             raise
         record.error = exc
@@ -146,7 +146,7 @@ def call_hookimpls(
             continue
         try:
             value = impl.function(*[kwargs[name] for name in impl.argnames])
-        except BaseException as exc:  # noqa: BLE001 - plugin code
+        except BaseException as exc:  # plugin code
             if must_propagate(exc):
                 raise
             _log.error("hook %s of plugin %r raised %s; ignored", hook_name, impl.plugin_name,

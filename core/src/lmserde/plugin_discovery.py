@@ -91,7 +91,7 @@ class PluginRecord:
         assert self.entry_point is not None
         try:
             loaded = self.entry_point.load()
-        except BaseException as exc:  # noqa: BLE001 - an import may raise SystemExit and worse
+        except BaseException as exc:  # an import may raise SystemExit and worse
             if must_propagate(exc):
                 raise
             self.error = exc

@@ -122,7 +122,7 @@ def _scrub(dst: Any) -> None:
                 as_byte_tensor(obj).zero_()
             elif getattr(obj, "tensor", None) is not None:
                 obj.tensor.zero_()
-        except BaseException:  # noqa: BLE001 - best effort on a worker thread
+        except BaseException:  # best effort on a worker thread
             _log.debug("could not scrub destination %r", obj, exc_info=True)
 
 
@@ -293,7 +293,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
                 if error is None:
                     bytes_in += _logical_size(src)
                     bytes_out += _logical_size(dst)
-        except BaseException as exc:  # noqa: BLE001 - a worker thread contains everything
+        except BaseException as exc:  # a worker thread contains everything
             _log.error("serde %s: %s task %d failed: %s", self.serde_type, direction, task_id,
                        describe_exception(exc))
             errors = [exc if isinstance(e, _ItemNeverRan) else e for e in errors]
@@ -302,7 +302,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
             outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
             try:
                 self._record(direction, task_id, outcome, bytes_in, bytes_out, seconds)
-            except BaseException:  # noqa: BLE001 - metrics/hooks never block completion
+            except BaseException:  # metrics/hooks never block completion
                 _log.exception("serde %s: recording %s task %d failed", self.serde_type,
                                direction, task_id)
             finally:
@@ -324,7 +324,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
                     dst.set_used_size(n)
             else:
                 self._deserializer.deserialize(src, dst, key)
-        except BaseException as exc:  # noqa: BLE001 - plugin code on a worker thread
+        except BaseException as exc:  # plugin code on a worker thread
             _log.warning("serde %s: %s of item for key %r failed: %s", self.serde_type,
                          direction, getattr(key, "chunk_hash", key), describe_exception(exc))
             if direction == DESERIALIZE:

@@ -187,7 +187,7 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
     validated = spec.validate(serde_type, kwargs)
     try:
         processor = spec.factory(validated)
-    except BaseException as exc:  # noqa: BLE001 - plugin code: SystemExit etc. are contained too
+    except BaseException as exc:  # plugin code: SystemExit etc. are contained too
         if must_propagate(exc):
             raise
         raise PluginLoadError(

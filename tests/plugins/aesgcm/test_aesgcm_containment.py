@@ -121,7 +121,7 @@ def test_fifo_master_key_path_is_refused_without_blocking(tmp_path: Path) -> Non
                                                            "master_key_path": str(fifo)}},
                               L1Manager(1 << 20))
             outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             outcome.append(exc)
 
     worker = threading.Thread(target=build, daemon=True)

@@ -120,7 +120,7 @@ def _build_adapter(
         return factory(options, l1_manager)
     except Exception:
         raise
-    except BaseException as exc:  # noqa: BLE001 - plugin code
+    except BaseException as exc:  # plugin code
         if must_propagate(exc):
             raise
         raise PluginLoadError(

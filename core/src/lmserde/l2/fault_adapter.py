@@ -205,7 +205,7 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
         for (task_id, delay), result in mine:
             try:
                 self._finish(delay, self._queues.store.complete, task_id, result)
-            except BaseException as exc:  # noqa: BLE001 - relay thread: the task must complete
+            except BaseException as exc:  # relay thread: the task must complete
                 _log.error("fault adapter: store task %d could not be relayed (%s); failed",
                            task_id, describe_exception(exc))
                 self._queues.store.complete(task_id, L2StoreResult(False, 0))
@@ -240,7 +240,7 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
             try:
                 self._finish(delay, self._queues.load.complete, task_id,
                              self._apply_load_faults(bitmap, keys, objects))
-            except BaseException as exc:  # noqa: BLE001 - relay thread: the task must complete
+            except BaseException as exc:  # relay thread: the task must complete
                 _log.error("fault adapter: load task %d could not be relayed (%s); every key "
                            "misses", task_id, describe_exception(exc))
                 self._queues.load.complete(task_id, Bitmap(len(keys)))

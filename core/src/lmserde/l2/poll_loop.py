@@ -135,6 +135,6 @@ class PollLoop:
                 return
         try:
             handler()
-        except BaseException as exc:  # noqa: BLE001 - one bad drain must not stop the loop
+        except BaseException as exc:  # one bad drain must not stop the loop
             _log.error("%s: handler %r raised %s; continuing", self._name, handler,
                        describe_exception(exc), exc_info=exc)

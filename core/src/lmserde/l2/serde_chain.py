@@ -25,6 +25,7 @@ from lmserde.base import (
     SerdeProcessor,
     Serializer,
 )
+from lmserde.data_kind import check_chain_composition
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
@@ -36,7 +37,6 @@ from lmserde.multi import (
     MultiSerializer,
     layout_desc_to_group,
 )
-from lmserde.data_kind import check_chain_composition
 from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
 from lmserde.spec import SerdeSizeContract
 

@@ -52,8 +52,9 @@ def read_secret_file(
 
     ``what`` names the file in messages ("master key file", "keyring file"). Refused: a path that
     cannot be opened, a non-regular file (a FIFO, device or directory is refused without waiting
-    for a writer: the file is opened non-blocking and checked with ``fstat``), a file over ``MAX_SECRET_FILE_BYTES`` and, unless
-    ``allow_insecure_permissions``, a file that group or others may read or write (POSIX only).
+    for a writer: the file is opened non-blocking and checked with ``fstat``), a file over
+    ``MAX_SECRET_FILE_BYTES`` and, unless ``allow_insecure_permissions``, a file that group or
+    others may read or write (POSIX only).
     """
     p = Path(path)
     try:
