@@ -274,10 +274,9 @@ class AsyncSerdeProcessor(SerdeProcessor):
         """
         start = time.perf_counter()
         count = max(len(srcs), len(dsts), len(keys), 1)
-        errors: list[BaseException | None] = [
-            _ItemNeverRan(f"serde {self.serde_type}: {direction} task {task_id}: item {i} never "
-                          "ran") for i in range(count)
-        ]
+        never_ran = _ItemNeverRan(
+            f"serde {self.serde_type}: {direction} task {task_id}: the item never ran")
+        errors: list[BaseException | None] = [never_ran] * count
         bytes_in = bytes_out = 0
         try:
             if not (len(srcs) == len(dsts) == len(keys)):
@@ -296,7 +295,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
         except BaseException as exc:  # a worker thread contains everything
             _log.error("serde %s: %s task %d failed: %s", self.serde_type, direction, task_id,
                        describe_exception(exc))
-            errors = [exc if isinstance(e, _ItemNeverRan) else e for e in errors]
+            errors = [exc if e is never_ran else e for e in errors]
         finally:
             seconds = time.perf_counter() - start
             outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
