@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from lmserde.hooks import get_plugin_manager, hook_plugin_records
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter
+from lmserde.l2.adapter_registry import rescan_l2_adapter_plugins
 from lmserde.registry import list_serdes
 from lmserde.testing import wait_for_result
 
@@ -56,6 +57,13 @@ def lmserde_serde_task_finished(event):
 '''
 
 
+@pytest.fixture(autouse=True)
+def adapter_scan() -> Iterator[None]:
+    """The ``plugin_site`` fixture rescans serdes and hooks; adapters are rescanned here."""
+    yield
+    rescan_l2_adapter_plugins()
+
+
 def _install_exiting(install: Callable[..., Path]) -> Path:
     site = install("lmserde-testplugin-exit", "0.3",
                    entry_points={"lmcache.serde": {"tp_exit": "lmserde_testplugin_exit:SPEC"},
@@ -73,6 +81,7 @@ def _install_exiting(install: Callable[..., Path]) -> Path:
                 "lmcache.l2_adapter": {
                     "tp_exit_adapter": "lmserde_testplugin_factories:adapter_factory"}},
             modules={"lmserde_testplugin_factories": EXITING_FACTORIES})
+    rescan_l2_adapter_plugins()
     return site
 
 
