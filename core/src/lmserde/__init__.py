@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     # registry and specs
     "SerdeSizeContract": "lmserde.spec",
     "SerdeSpec": "lmserde.spec",
+    "DataKind": "lmserde.data_kind",
     "SerdeOption": "lmserde.options",
     "max_workers_option": "lmserde.options",
     "register_serde_factory": "lmserde.registry",
@@ -57,6 +58,8 @@ _EXPORTS: dict[str, str] = {
     "get_plugin_manager": "lmserde.hooks",
     "hookimpl": "lmserde.hooks",
     "hookspec": "lmserde.hooks",
+    "call_hookimpls": "lmserde.hooks",
+    "HookImplResult": "lmserde.hooks",
     "SerdeTaskEvent": "lmserde.observability",
     "WrapperTaskEvent": "lmserde.observability",
 }
@@ -80,8 +83,15 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static view of the lazy exports
     from lmserde.base import Deserializer, SerdeConfig, SerdeProcessor, SerdeTaskId, Serializer
     from lmserde.completion_queue import CompletionQueue
+    from lmserde.data_kind import DataKind
     from lmserde.events import create_event_notifier
-    from lmserde.hooks import get_plugin_manager, hookimpl, hookspec
+    from lmserde.hooks import (
+        HookImplResult,
+        call_hookimpls,
+        get_plugin_manager,
+        hookimpl,
+        hookspec,
+    )
     from lmserde.keys import ObjectKey, make_temp_key
     from lmserde.layout import MemoryLayoutDesc, serialized_layout_desc
     from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj, as_byte_tensor

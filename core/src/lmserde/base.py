@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,14 @@ class Serializer(ABC):
     ``estimate_serialized_size(layout of src)``) and returns the number of bytes written. Write raw
     bytes through ``memoryview(dst.byte_array).cast("B")`` or a tensor view, never by slicing
     ``byte_array`` directly. ``key`` is the object's key; per-object serdes (encryption) read it.
+
+    ``authenticates_output`` (class or instance attribute, default ``False``): ``True`` when the
+    bytes written carry their own authentication bound to the object's key (AES-GCM frame
+    version 2), so that a stored-object frame may skip its own checksum. Set it only when any
+    change to the bytes, or bytes of another key, is certain to fail ``deserialize``.
     """
+
+    authenticates_output: bool = False
 
     @abstractmethod
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int: ...
@@ -53,7 +62,13 @@ class SerdeProcessor(ABC):
     The serialize and deserialize fds are distinct and coalescing. ``query_*_result(id)`` returns
     ``True`` (every item succeeded) or ``False`` exactly once, ``None`` while pending, for unknown
     ids and after the result was taken; it never raises. ``close()`` releases fds and workers.
+
+    Identity of the byte format: :meth:`get_config` says what writes the bytes (type, format
+    version, the options that change the bytes); :meth:`authenticates_output` whether they
+    authenticate themselves. The registry attaches the config with :meth:`set_config`.
     """
+
+    _lmserde_config: dict[str, Any] | None = None
 
     @abstractmethod
     def get_serialize_event_fd(self) -> int: ...
@@ -82,6 +97,40 @@ class SerdeProcessor(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def get_config(self) -> dict[str, Any]:
+        """The canonical, JSON-serializable identity of the bytes this processor writes.
+
+        ``{"type": NAME, "format_version": N, "options": {...}}`` with the options that change the
+        bytes (``SerdeOption.identity``), sorted by name and normalized to JSON values, as
+        attached by :func:`~lmserde.create_serde_processor` through :meth:`set_config`. Two
+        processors whose configs are equal write bytes the other can read. Without an attached
+        config: ``{"type": <the serde_type attribute or the class name>}``. A chain returns
+        ``{"type": "chain", "stages": [...]}``. Returns a fresh copy each call.
+        """
+        if self._lmserde_config is not None:
+            return copy.deepcopy(self._lmserde_config)
+        serde_type = getattr(self, "serde_type", None)
+        return {"type": serde_type if isinstance(serde_type, str) else type(self).__name__}
+
+    def set_config(self, config: Mapping[str, Any]) -> None:
+        """Attach the identity :meth:`get_config` returns (the registry calls this).
+
+        ``config`` must be JSON-serializable (``ValueError`` otherwise) and is copied.
+        """
+        try:
+            text = json.dumps(dict(config), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a serde config must be JSON-serializable: {exc}") from None
+        self._lmserde_config = json.loads(text)
+
+    def authenticates_output(self) -> bool:
+        """Whether the serialized bytes authenticate themselves, bound to their object key.
+
+        ``True`` lets a stored-object frame skip its checksum (a damaged or moved object fails
+        ``deserialize`` anyway). Default ``False``.
+        """
+        return False
 
     def serializer_group_size(self) -> int | None:
         """Group arity of a multi serde; ``None`` for a single-tensor serde."""

@@ -2,7 +2,9 @@
 
 Hook plugins are discovered from the entry-point group ``lmserde.hooks`` with the same failure
 isolation as serdes: a plugin that fails to import is recorded (and listed by
-``lmserde plugins``), never raised into the host. Plugins may add their own hookspecs with
+``lmserde plugins``), never raised into the host. Hook implementations are called one by one
+(:func:`call_hookimpls`): one that raises anything is logged naming its plugin and ignored, and
+the others still run. Plugins may add their own hookspecs with
 ``get_plugin_manager().add_hookspecs(...)`` (the aesgcm plugin adds a key-provider hook).
 """
 
@@ -11,10 +13,12 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.observability import SerdeTaskEvent, WrapperTaskEvent
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 
@@ -29,6 +33,8 @@ __all__ = [
     "emit_serde_task_event",
     "emit_wrapper_task_event",
     "reset_plugin_manager",
+    "call_hookimpls",
+    "HookImplResult",
 ]
 
 PROJECT_NAME = "lmserde"
@@ -86,10 +92,12 @@ def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> Non
         pm.register(plugin, name=f"{record.distribution}:{record.name}")
     except PluginLoadError as exc:
         _log.warning("%s", exc)
-    except Exception as exc:
+    except BaseException as exc:  # registering runs plugin code too
+        if must_propagate(exc):
+            raise
         record.error = exc
         _log.warning("hook plugin '%s' (%s) failed to register: %s", record.name,
-                     record.describe_origin(), exc)
+                     record.describe_origin(), describe_exception(exc))
 
 
 def hook_plugin_records() -> list[PluginRecord]:
@@ -106,19 +114,63 @@ def reset_plugin_manager() -> None:
         _hook_group.rescan()
 
 
-def _call_safely(hook_name: str, **kwargs: Any) -> None:
+@dataclass(frozen=True)
+class HookImplResult:
+    """What one hook implementation did: its ``value``, or the ``error`` it raised."""
+
+    plugin_name: str
+    value: Any = None
+    error: BaseException | None = None
+
+
+def call_hookimpls(
+    hook_name: str, /, *, firstresult: bool = False, **kwargs: Any
+) -> list[HookImplResult]:
+    """Call every implementation of ``hook_name`` separately, each one contained.
+
+    Implementations run in pluggy's order (the last registered first), each with the arguments
+    it names from ``kwargs``. One that raises anything (``SystemExit`` and every other
+    ``BaseException``; only a ``KeyboardInterrupt`` on the main thread propagates) is logged
+    naming its plugin and recorded in its result; the other implementations still run (pluggy
+    itself stops at the first one that raises). With ``firstresult`` the calls stop at
+    the first implementation that returns something other than ``None``. Hook wrappers are not
+    called. An unknown hook name gives ``[]``.
+    """
     pm = get_plugin_manager()
-    hook = getattr(pm.hook, hook_name)
-    if not hook.get_hookimpls():
-        return
+    hook = getattr(pm.hook, hook_name, None)
+    if hook is None:
+        return []
+    results: list[HookImplResult] = []
+    for impl in reversed(hook.get_hookimpls()):
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            continue
+        try:
+            value = impl.function(*[kwargs[name] for name in impl.argnames])
+        except BaseException as exc:  # plugin code
+            if must_propagate(exc):
+                raise
+            _log.error("hook %s of plugin %r raised %s; ignored", hook_name, impl.plugin_name,
+                       describe_exception(exc), exc_info=exc)
+            results.append(HookImplResult(impl.plugin_name, error=exc))
+            continue
+        results.append(HookImplResult(impl.plugin_name, value=value))
+        if firstresult and value is not None:
+            break
+    return results
+
+
+def _call_safely(hook_name: str, **kwargs: Any) -> None:
     try:
-        hook(**kwargs)
-    except Exception:
-        _log.exception("hook %s raised; ignored", hook_name)
+        call_hookimpls(hook_name, **kwargs)
+    except Exception:  # the plugin manager itself failed; never break the caller
+        _log.exception("hook %s could not be called; ignored", hook_name)
 
 
 def emit_serde_task_event(event: SerdeTaskEvent) -> None:
-    """Deliver a processor event to every hook implementation; failures are logged, not raised."""
+    """Deliver a processor event to every hook implementation; failures are logged, not raised.
+
+    An implementation that raises (any ``BaseException``) does not stop the others.
+    """
     _call_safely("lmserde_serde_task_finished", event=event)
 
 

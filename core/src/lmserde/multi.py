@@ -56,7 +56,10 @@ class MultiSerializer(ABC):
 
     Implementations document ``group_size``, what each slot means and which slots may be ``None``;
     ``estimate_serialized_size`` must accept ``None`` for optional slots.
+    ``authenticates_output`` has the meaning documented on :class:`~lmserde.Serializer`.
     """
+
+    authenticates_output: bool = False
 
     @property
     @abstractmethod

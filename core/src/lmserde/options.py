@@ -8,7 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SerdeOption", "validate_options", "max_workers_option", "coerce_int"]
+__all__ = [
+    "SerdeOption",
+    "validate_options",
+    "max_workers_option",
+    "coerce_int",
+    "MAX_WORKERS_LIMIT",
+]
 
 _MISSING: Any = object()
 
@@ -76,7 +82,14 @@ class SerdeOption:
     ``type`` is ``int``, ``float``, ``bool``, ``str`` or ``object`` (passed through). Numbers from
     YAML/JSON are accepted where the meaning is clear (``"2"`` and ``2.0`` for an int). ``choices``
     restricts the value; ``check`` may raise ``ValueError`` for anything else that is invalid;
-    ``minimum`` bounds numbers from below. ``required`` options have no default.
+    ``minimum`` and ``maximum`` bound numbers (inclusive). A ``float`` option rejects NaN and
+    +-infinity unless ``allow_nonfinite`` is set. ``required`` options have no default.
+
+    ``identity`` says whether the option changes the bytes written: ``True`` (default) for
+    options such as a dtype or a preset, ``False`` for options that do not (``max_workers``,
+    thread counts, where a key file lives). Identity options make up
+    :meth:`~lmserde.SerdeProcessor.get_config`, which stored objects record to tell what wrote
+    them.
     """
 
     name: str
@@ -87,6 +100,9 @@ class SerdeOption:
     minimum: float | None = None
     required: bool = False
     check: Callable[[Any], None] | None = None
+    maximum: float | None = None
+    allow_nonfinite: bool = False
+    identity: bool = True
 
     def __post_init__(self) -> None:
         if self.type not in _COERCERS and self.type is not object:
@@ -101,8 +117,13 @@ class SerdeOption:
         if self.choices is not None and converted not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
             raise ValueError(f"option '{self.name}' must be one of {allowed}; got {value!r}")
-        if self.minimum is not None and converted < self.minimum:
+        if (self.type is float and not self.allow_nonfinite and isinstance(converted, float)
+                and not math.isfinite(converted)):
+            raise ValueError(f"option '{self.name}' must be a finite number, got {value!r}")
+        if self.minimum is not None and not converted >= self.minimum:
             raise ValueError(f"option '{self.name}' must be >= {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and not converted <= self.maximum:
+            raise ValueError(f"option '{self.name}' must be <= {self.maximum:g}, got {value!r}")
         if self.check is not None:
             self.check(converted)
         return converted
@@ -113,14 +134,23 @@ class SerdeOption:
         return self.type.__name__
 
 
+#: Upper bound of :func:`max_workers_option` (threads of one processor).
+MAX_WORKERS_LIMIT = 256
+
+
 def max_workers_option(default: int = 1) -> SerdeOption:
-    """The standard ``max_workers`` option: worker threads of the async processor."""
+    """The standard ``max_workers`` option: worker threads of the async processor.
+
+    Bounded to ``[1, MAX_WORKERS_LIMIT]``; not an identity option (threads do not change bytes).
+    """
     return SerdeOption(
         "max_workers",
         int,
         default,
         "worker threads of the asynchronous processor (tasks run concurrently, items in order)",
         minimum=1,
+        maximum=MAX_WORKERS_LIMIT,
+        identity=False,
     )
 
 

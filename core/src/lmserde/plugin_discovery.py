@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from lmserde.containment import describe_exception, must_propagate
+
 __all__ = ["PluginRecord", "PluginLoadError", "EntryPointGroup", "disabled_plugin_names"]
 
 DISABLE_ENV = "LMSERDE_DISABLE_PLUGINS"
@@ -66,7 +68,12 @@ class PluginRecord:
         return f"{self.distribution} {self.version}".strip()
 
     def load(self) -> Any:
-        """Import the entry point's object once; failures raise :class:`PluginLoadError`."""
+        """Import the entry point's object once; failures raise :class:`PluginLoadError`.
+
+        Whatever the import raises is contained (``SystemExit`` included; only a
+        ``KeyboardInterrupt`` on the main thread propagates), recorded as the plugin's error and
+        reported naming the plugin, its distribution and version.
+        """
         if self.disabled:
             raise PluginLoadError(
                 f"plugin '{self.name}' ({self.describe_origin()}) is disabled by {DISABLE_ENV}"
@@ -83,16 +90,19 @@ class PluginRecord:
             raise self._wrap(self.error) from self.error
         assert self.entry_point is not None
         try:
-            self.loaded = self.entry_point.load()
-        except Exception as exc:
+            loaded = self.entry_point.load()
+        except BaseException as exc:  # an import may raise SystemExit and worse
+            if must_propagate(exc):
+                raise
             self.error = exc
             raise self._wrap(exc) from exc
+        self.loaded = loaded
         return self.loaded
 
     def _wrap(self, exc: BaseException) -> PluginLoadError:
         return PluginLoadError(
             f"plugin '{self.name}' from distribution {self.describe_origin()} failed to load "
-            f"({self.value}): {type(exc).__name__}: {exc}"
+            f"({self.value}): {describe_exception(exc)}"
         )
 
 

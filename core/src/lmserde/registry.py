@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 from lmserde.spec import SerdeFactory, SerdeSizeContract, SerdeSpec
 
@@ -170,7 +171,11 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
 
     ``config`` is a :class:`SerdeConfig` or a dict with ``type`` and the options. Declared options
     are validated first (``ValueError`` naming an unknown option and the accepted ones); a factory
-    that raises is reported naming the plugin, its distribution and version, exception chained.
+    that raises anything (``SystemExit`` and every other ``BaseException``; only a
+    ``KeyboardInterrupt`` on the main thread propagates) is reported as a
+    :class:`PluginLoadError` naming the plugin, its distribution and version, exception chained.
+    The processor gets its identity config (:meth:`~lmserde.SerdeProcessor.get_config`):
+    type, the spec's ``format_version`` and the identity options.
     """
     if isinstance(config, Mapping):
         if "type" not in config or not isinstance(config["type"], str):
@@ -182,12 +187,31 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
     spec = get_serde_spec(serde_type)
     validated = spec.validate(serde_type, kwargs)
     try:
-        return spec.factory(validated)
-    except Exception as exc:
+        processor = spec.factory(validated)
+    except BaseException as exc:  # plugin code: SystemExit etc. are contained too
+        if must_propagate(exc):
+            raise
         raise PluginLoadError(
             f"serde '{serde_type}' ({_origin(serde_type)}) failed to build: "
-            f"{type(exc).__name__}: {exc}"
+            f"{describe_exception(exc)}"
         ) from exc
+    _attach_config(processor, serde_type, spec, validated)
+    return processor
+
+
+def _attach_config(
+    processor: Any, serde_type: str, spec: SerdeSpec, validated: Mapping[str, Any]
+) -> None:
+    """Give ``processor`` its identity config (closing it if that fails)."""
+    from lmserde.base import SerdeProcessor
+
+    if not isinstance(processor, SerdeProcessor):
+        return  # a duck-typed upstream processor: it has no get_config to answer with
+    try:
+        processor.set_config(spec.identity_config(serde_type, validated))
+    except BaseException:
+        processor.close()
+        raise
 
 
 def list_serdes(*, load: bool = False) -> list[SerdeInfo]:

@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     origin = next((i for i in list_serdes() if i.name == args.type), None)
     options = [
         {"name": o.name, "type": o.describe_type(), "default": o.default,
-         "required": o.required, "help": o.help}
+         "required": o.required, "help": o.help, "minimum": o.minimum, "maximum": o.maximum,
+         "identity": o.identity}
         for o in (spec.options or ())
     ]
     data = {
@@ -38,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
         "description": spec.description,
         "size_contract": spec.size_contract.value,
         "lossy": spec.lossy,
+        "format_version": spec.format_version,
+        "consumes": sorted(k.value for k in spec.consumes),
+        "produces": spec.produces.value,
         "options_declared": spec.options is not None,
         "options": options,
     }
@@ -49,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  distribution: {origin.distribution} {origin.version}")
     print(f"  size contract: {spec.size_contract.value}")
     print(f"  lossy: {'yes' if spec.lossy else 'no (exact round trip)'}")
+    print(f"  consumes: {', '.join(data['consumes'])}; produces: {data['produces']}")
+    print(f"  format version: {spec.format_version}")
     if spec.options is None:
         print("  options: not declared (the factory receives the config kwargs as given)")
     elif options:

@@ -43,12 +43,19 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
-    from lmserde.hooks import get_plugin_manager
+    """Let hook plugins add subcommands; one that fails (raising anything) is reported and
+    skipped, the others still add theirs."""
+    from lmserde.hooks import call_hookimpls
 
     try:
-        get_plugin_manager().hook.lmserde_add_cli_commands(subparsers=sub)
+        results = call_hookimpls("lmserde_add_cli_commands", subparsers=sub)
     except Exception as exc:
-        _log.warning("a plugin failed to add CLI commands: %s: %s", type(exc).__name__, exc)
+        _log.warning("plugins could not add CLI commands: %s: %s", type(exc).__name__, exc)
+        return
+    for result in results:
+        if result.error is not None:
+            _log.warning("plugin %r failed to add CLI commands: %s: %s", result.plugin_name,
+                         type(result.error).__name__, result.error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ the size contract of its last stage. Only the first stage may be a multi-output 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from lmserde.base import (
     SerdeProcessor,
     Serializer,
 )
+from lmserde.data_kind import check_chain_composition
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
@@ -35,10 +37,16 @@ from lmserde.multi import (
     MultiSerializer,
     layout_desc_to_group,
 )
-from lmserde.processor import AsyncSerdeProcessor
+from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
 from lmserde.spec import SerdeSizeContract
 
-__all__ = ["ChainStage", "SerdeChainProcessor", "create_serde_chain", "FRAME_HEADER_BYTES"]
+__all__ = [
+    "ChainStage",
+    "SerdeChainProcessor",
+    "create_serde_chain",
+    "check_chain_configs",
+    "FRAME_HEADER_BYTES",
+]
 
 #: Length prefix written after an upper-bound stage.
 FRAME_HEADER_BYTES = 8
@@ -53,6 +61,7 @@ class ChainStage:
     serializer: Serializer | MultiSerializer
     deserializer: Deserializer | MultiDeserializer
     size_contract: SerdeSizeContract
+    config: Mapping[str, Any] | None = None  # the stage's identity (get_config); None: type only
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ class _ChainCore:
             raw = self.scratch(i, hop.size)
             if hop.framed:
                 n = stage.serializer.serialize(current, _byte_obj(raw[FRAME_HEADER_BYTES:]), key)
-                n = hop.bound if not isinstance(n, int) else n
+                n = check_serialized_size(stage.name, n, None)
                 if not 0 <= n <= hop.bound:
                     raise ValueError(
                         f"serde chain: stage '{stage.name}' wrote {n} bytes, outside its "
@@ -129,8 +138,9 @@ class _ChainCore:
                     bytearray(n.to_bytes(FRAME_HEADER_BYTES, "little")), dtype=torch.uint8))
                 raw[FRAME_HEADER_BYTES + n:].zero_()
             else:
-                n = stage.serializer.serialize(current, _byte_obj(raw), key)
-                if isinstance(n, int) and n != hop.bound:
+                n = check_serialized_size(stage.name, stage.serializer.serialize(
+                    current, _byte_obj(raw), key), None)
+                if n != hop.bound:
                     raise ValueError(
                         f"serde chain: stage '{stage.name}' declares an EXACT size contract but "
                         f"wrote {n} bytes, not its estimate of {hop.bound}"
@@ -280,6 +290,16 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
     def stage_types(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.stages)
 
+    def get_config(self) -> dict[str, Any]:
+        """``{"type": "chain", "stages": [each stage's config, in store order]}``."""
+        return {"type": "chain",
+                "stages": [dict(copy.deepcopy(s.config)) if s.config is not None
+                           else {"type": s.name} for s in self.stages]}
+
+    def authenticates_output(self) -> bool:
+        """The last stage's: its bytes are what the chain writes."""
+        return bool(getattr(self.stages[-1].serializer, "authenticates_output", False))
+
     def close(self) -> None:
         super().close()
         owned, self._owned = self._owned, []
@@ -296,19 +316,50 @@ def _config_type(config: SerdeConfig | Mapping[str, Any]) -> str:
     return serde_type
 
 
+def _config_kwargs(config: SerdeConfig | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(config, SerdeConfig):
+        return dict(config.kwargs)
+    return {k: v for k, v in config.items() if k != "type"}
+
+
+def check_chain_configs(configs: Sequence[SerdeConfig | Mapping[str, Any]]) -> None:
+    """Check a chain at config time, building nothing: ``ValueError`` if it cannot work.
+
+    Every stage's type must be known and its options valid; consecutive stages must compose:
+    the first stage receives ``KV_TENSORS`` and each later one what the stage before it
+    ``produces``, which it must list in its ``consumes`` (see :class:`~lmserde.DataKind`). So
+    ``[fp8, fp8]``, ``[fp8, turboquant]`` and ``[aesgcm, fp8]`` are refused, naming the stage.
+    """
+    from lmserde.registry import get_serde_spec
+
+    if not configs:
+        raise ValueError("a serde chain needs at least one serde")
+    stages = []
+    for position, config in enumerate(configs, start=1):
+        serde_type = _config_type(config)
+        spec = get_serde_spec(serde_type)
+        try:
+            spec.validate(serde_type, _config_kwargs(config))
+        except ValueError as exc:
+            raise ValueError(f"serde chain stage {position}: {exc}") from None
+        stages.append((serde_type, spec))
+    check_chain_composition(stages)
+
+
 def create_serde_chain(
     configs: Sequence[SerdeConfig | Mapping[str, Any]],
 ) -> SerdeChainProcessor:
     """Build each stage through the registry (options validated as usual) and chain them.
 
-    Each stage's processor must expose ``serializer`` and ``deserializer`` (every
-    :class:`~lmserde.AsyncSerdeProcessor` does); the chain runs with the largest ``max_workers``
-    of its stages.
+    The chain is checked first (:func:`check_chain_configs`: known types, valid options, stages
+    that compose), so nothing is built for a chain that cannot work. Each stage's processor must
+    expose ``serializer`` and ``deserializer`` (every :class:`~lmserde.AsyncSerdeProcessor`
+    does); the chain runs with the largest ``max_workers`` of its stages. Its
+    :meth:`get_config` lists the stages' configs.
     """
     from lmserde.registry import create_serde_processor, get_serde_size_contract
 
-    if not configs:
-        raise ValueError("a serde chain needs at least one serde")
+    check_chain_configs(configs)
     built: list[SerdeProcessor] = []
     try:
         stages: list[ChainStage] = []
@@ -325,7 +376,9 @@ def create_serde_chain(
                     f"({type(proc).__name__}) does not expose its serializer and deserializer"
                 )
             stages.append(ChainStage(serde_type, serializer, deserializer,
-                                     get_serde_size_contract(serde_type)))
+                                     get_serde_size_contract(serde_type),
+                                     proc.get_config() if isinstance(proc, SerdeProcessor)
+                                     else None))
             workers = max(workers, int(getattr(proc, "max_workers", 1)))
         return SerdeChainProcessor(stages, workers, owned=built)
     except BaseException:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
@@ -86,6 +87,10 @@ _COMMON_OPTIONS: tuple[SerdeOption, ...] = (
 )
 
 
+_KV_HINT = ("asym_k16_v8 reads the K and V groups of a KV object; put it first in a chain, e.g. "
+            "[asym_k16_v8, aesgcm].")
+
+
 def _codec(kwargs: dict[str, Any], k_dtype_tag: str = "bfloat16") -> AsymCodec:
     return AsymCodec(
         fp8_dtype=resolve_dtype(str(kwargs.get("fp8_dtype", "float8_e4m3fn")), "fp8_dtype",
@@ -125,6 +130,10 @@ ASYM_K16_V8_SPEC = SerdeSpec(
     options=_COMMON_OPTIONS,
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint=_KV_HINT,
+    format_version=1,
 )
 
 ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
@@ -138,4 +147,8 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
     ),
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint=_KV_HINT,
+    format_version=1,
 )

@@ -6,6 +6,7 @@ from typing import Any
 
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
@@ -58,4 +59,9 @@ FP8_SPEC = SerdeSpec(
     options=FP8_OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint="fp8 quantizes KV tensors (it reads their dtype); put it first in a chain, "
+    "e.g. [fp8, aesgcm].",
+    format_version=1,
 )

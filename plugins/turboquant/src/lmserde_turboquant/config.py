@@ -38,6 +38,12 @@ def _require_int(name: str, value: Any) -> int:
     return value
 
 
+#: Largest ``block_size`` (tokens per block); a block larger than any chunk only adds padding.
+MAX_BLOCK_SIZE = 4096
+#: Largest ``skip_first_layers`` / ``skip_last_layers``.
+MAX_SKIPPED_LAYERS = 4096
+
+
 @dataclass(frozen=True)
 class TurboQuantConfig:
     """TurboQuant settings; every field is checked on creation (``ValueError`` naming it).
@@ -68,11 +74,20 @@ class TurboQuantConfig:
             )
         if _require_int("block_size", self.block_size) < 1:
             raise ValueError(f"TurboQuant block_size must be >= 1, got {self.block_size}")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(
+                f"TurboQuant block_size must be <= {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
+            )
         first = _require_int("skip_first_layers", self.skip_first_layers)
         last = _require_int("skip_last_layers", self.skip_last_layers)
         if first < 0 or last < 0:
             raise ValueError(
                 "TurboQuant skipped layer counts must be non-negative, got "
+                f"skip_first_layers={first}, skip_last_layers={last}"
+            )
+        if first > MAX_SKIPPED_LAYERS or last > MAX_SKIPPED_LAYERS:
+            raise ValueError(
+                f"TurboQuant skipped layer counts must be <= {MAX_SKIPPED_LAYERS}, got "
                 f"skip_first_layers={first}, skip_last_layers={last}"
             )
         if self.implementation not in IMPLEMENTATIONS:
