@@ -42,9 +42,6 @@ def test_invalid_options_are_refused_when_the_config_is_created(kwargs: dict, me
         create_serde_processor({"type": "zstd", **kwargs})
 
 
-@pytest.mark.skipif(getattr(lmserde, "DataKind", None) is None,
-                    reason="this core has no lmserde.DataKind (chain data kinds): the declaration "
-                           "is left out until it does")
 def test_spec_declares_its_data_kinds() -> None:
     kind = lmserde.DataKind
     spec = get_serde_spec("zstd")

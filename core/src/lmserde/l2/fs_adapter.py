@@ -526,7 +526,7 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("relative_tmp_dir", str, ".tmp",
                     "sub-directory of base_path for files being written"),
         SerdeOption("fsync", bool, False, "fsync each file and the directory after writing"),
-        SerdeOption("io_workers", int, 2, "threads doing file I/O", minimum=1),
+        SerdeOption("io_workers", int, 2, "threads doing file I/O", minimum=1, maximum=256),
         SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
                     "on open, remove any writer's temporary file unmodified for this long "
                     f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "

@@ -209,11 +209,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
         try:
-            get_config = getattr(serde, "get_config", None)
-            config = get_config() if callable(get_config) else {"type": self.serde_type}
-            authenticates = getattr(serde, "authenticates_output", None)
-            authenticated = bool(authenticates()) if callable(authenticates) else False
-            framer = ObjectFramer(config, checksum=not authenticated)
+            framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
         except BaseException as exc:
             raise ValueError(
                 f"serde '{self.serde_type}': cannot build the stored-object frame from its config: "
