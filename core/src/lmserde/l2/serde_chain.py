@@ -4,9 +4,16 @@
 Each stage's size estimate is computed on the flat ``uint8`` layout of the previous stage's
 output buffer. Between stages the bytes are handed over as they are when the earlier stage is
 ``EXACT``; after an ``UPPER_BOUND`` stage they are framed as an 8-byte little-endian length
-followed by the payload, zero-padded to the stage's bound, so the next stage always sees a
-fixed-size input and a load knows each intermediate length. The chain's output therefore has
-the size contract of its last stage. Only the first stage may be a multi-output serde.
+followed by the payload, so a load knows each intermediate length:
+
+* when the next stage is ``EXACT`` with an estimate that grows with its input (a byte transform
+  such as ``aesgcm``: input + a constant), the frame is handed over *trimmed* to the bytes
+  written, so ``[zstd, aesgcm]`` stores compressed bytes; on load that stage's input length is
+  recovered from its stored output by inverting its estimate (and checked against the prefix);
+* otherwise the frame is zero-padded to the stage's bound, a fixed-size input.
+
+The chain is ``UPPER_BOUND`` when any stage is, else ``EXACT``. Only the first stage may be a
+multi-output serde.
 """
 
 from __future__ import annotations
@@ -69,10 +76,12 @@ class _Hop:
     """The buffer between stage ``i`` and ``i + 1`` for one input layout."""
 
     bound: int  # stage i's estimate
-    framed: bool  # stage i is UPPER_BOUND: length-prefixed and padded
+    framed: bool  # stage i is UPPER_BOUND: length-prefixed
+    trimmed: bool = False  # framed, and handed to stage i + 1 without the padding
 
     @property
     def size(self) -> int:
+        """The largest hand-off (the padded one)."""
         return self.bound + FRAME_HEADER_BYTES if self.framed else self.bound
 
 
@@ -97,15 +106,50 @@ class _ChainCore:
         if hops is None:
             hops = []
             layout = first_layout
-            for stage in self.stages[:-1]:
+            for i, stage in enumerate(self.stages[:-1]):
                 bound = int(stage.serializer.estimate_serialized_size(layout))
-                hop = _Hop(bound, stage.size_contract is not SerdeSizeContract.EXACT)
+                framed = stage.size_contract is not SerdeSizeContract.EXACT
+                trimmed = framed and self._invertible(i + 1, bound + FRAME_HEADER_BYTES)
+                hop = _Hop(bound, framed, trimmed)
                 hops.append(hop)
                 layout = _bytes_layout(hop.size)
             if len(self._plans) >= _PLAN_CACHE_LIMIT:
                 self._plans.clear()
             self._plans[first_layout] = hops
         return hops
+
+    def _stage_estimate(self, index: int, input_bytes: int) -> int:
+        return int(self.stages[index].serializer.estimate_serialized_size(
+            _bytes_layout(input_bytes)))
+
+    def _invertible(self, index: int, largest_input: int) -> bool:
+        """Whether stage ``index`` may take a trimmed hand-off: ``EXACT``, and its estimate
+        strictly grows with the input length (checked at both ends of the range)."""
+        if self.stages[index].size_contract is not SerdeSizeContract.EXACT:
+            return False
+        low = FRAME_HEADER_BYTES
+        return (self._stage_estimate(index, low + 1) > self._stage_estimate(index, low)
+                and self._stage_estimate(index, largest_input)
+                > self._stage_estimate(index, largest_input - 1))
+
+    def _input_length(self, index: int, output_bytes: int, largest_input: int) -> int:
+        """The input length whose estimate is ``output_bytes`` (stage ``index``, trimmed hop)."""
+        lo, hi = FRAME_HEADER_BYTES, largest_input
+        if not self._stage_estimate(index, lo) <= output_bytes <= self._stage_estimate(index, hi):
+            raise ValueError(
+                f"serde chain: stage '{self.stages[index].name}' holds {output_bytes} bytes, "
+                "which no input it could have been given produces (truncated or corrupt)")
+        while lo < hi:  # smallest length whose estimate reaches output_bytes
+            mid = (lo + hi) // 2
+            if self._stage_estimate(index, mid) < output_bytes:
+                lo = mid + 1
+            else:
+                hi = mid
+        if self._stage_estimate(index, lo) != output_bytes:
+            raise ValueError(
+                f"serde chain: stage '{self.stages[index].name}' holds {output_bytes} bytes, "
+                "which no input length produces (truncated or corrupt)")
+        return lo
 
     def estimate(self, first_layout: Any) -> int:
         hops = self.plan(first_layout)
@@ -136,6 +180,9 @@ class _ChainCore:
                     )
                 raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(
                     bytearray(n.to_bytes(FRAME_HEADER_BYTES, "little")), dtype=torch.uint8))
+                if hop.trimmed:
+                    current = _byte_obj(raw[:FRAME_HEADER_BYTES + n])
+                    continue
                 raw[FRAME_HEADER_BYTES + n:].zero_()
             else:
                 n = check_serialized_size(stage.name, stage.serializer.serialize(
@@ -153,14 +200,16 @@ class _ChainCore:
         current: MemoryObj = src
         for i in range(len(self.stages) - 1, 0, -1):
             hop = hops[i - 1]
-            raw = self.scratch(i - 1, hop.size)
+            size = (self._input_length(i, current.get_size(), hop.size) if hop.trimmed
+                    else hop.size)
+            raw = self.scratch(i - 1, size)
             self.stages[i].deserializer.deserialize(current, _byte_obj(raw), key)
             if hop.framed:
                 n = int.from_bytes(bytes(raw[:FRAME_HEADER_BYTES].tolist()), "little")
-                if n > hop.bound:
+                if n > hop.bound or (hop.trimmed and FRAME_HEADER_BYTES + n != size):
                     raise ValueError(
                         f"serde chain: corrupt frame after stage '{self.stages[i - 1].name}': "
-                        f"payload length {n} exceeds the bound {hop.bound}"
+                        f"payload length {n} (bound {hop.bound}, hand-off {size} bytes)"
                     )
                 current = _byte_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + n])
             else:
@@ -244,7 +293,8 @@ class _MultiChainDeserializer(MultiDeserializer):
 class SerdeChainProcessor(AsyncSerdeProcessor):
     """An :class:`~lmserde.AsyncSerdeProcessor` running ``stages`` as one serde.
 
-    ``serde_type`` is the stage names joined by ``+``; ``size_contract`` is the last stage's.
+    ``serde_type`` is the stage names joined by ``+``; ``size_contract`` is ``UPPER_BOUND`` when
+    any stage's is (what an upper-bound stage saves reaches the stored object), else ``EXACT``.
     Per-item outcomes work as for any processor: one object failing any stage fails that item.
     ``owned`` processors (the stage processors the pairs came from) are closed with the chain.
     """
@@ -281,7 +331,10 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
         else:
             deserializer = _ChainDeserializer(core)
         self.stages = tuple(stages)
-        self.size_contract = stages[-1].size_contract
+        self.size_contract = (
+            SerdeSizeContract.UPPER_BOUND
+            if any(s.size_contract is not SerdeSizeContract.EXACT for s in stages)
+            else SerdeSizeContract.EXACT)
         self._owned = list(owned)
         super().__init__(serializer, deserializer, max_workers,
                          serde_type="+".join(s.name for s in stages))
