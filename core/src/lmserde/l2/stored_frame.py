@@ -303,11 +303,14 @@ def check_header(
         raise FrameRejected("layout", "written for an object of another layout")
 
 
-def check_payload(header: FrameHeader, payload: torch.Tensor, *, required: bool) -> None:
-    """Verify the payload checksum; a missing one is refused when ``required``."""
+def check_payload(header: FrameHeader, payload: torch.Tensor) -> None:
+    """Verify the payload checksum when the writer recorded one.
+
+    The writer leaves it out only when its serde authenticates its own bytes; the header's own
+    checksum covers that flag, and the config fingerprint already matched, so the reader's serde
+    (the same configuration) will authenticate the payload when it decodes.
+    """
     if header.payload_checksum is None:
-        if required:
-            raise FrameRejected("checksum", "no payload checksum, and this serde needs one")
         return
     if payload_checksum(payload) != header.payload_checksum:
         raise FrameRejected("checksum", "payload checksum mismatch")
@@ -380,5 +383,5 @@ class ObjectFramer:
                      config_id=self.config_id, key=key,
                      layout_bytes=None if layout is None else self._layout_field(layout))
         payload = raw[FRAME_HEADER_BYTES:size]
-        check_payload(header, payload, required=self.checksum)
+        check_payload(header, payload)
         return _payload_obj(payload)

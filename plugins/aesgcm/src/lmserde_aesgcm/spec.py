@@ -58,8 +58,11 @@ def _check_provider_options(value: Any) -> None:
 
 
 OPTIONS: tuple[SerdeOption, ...] = (
+    # aes_bits and frame_version choose how new frames are written; every frame records both and
+    # is read whatever they are now, so they are not part of the config identity: switching
+    # them keeps the objects already stored
     SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
-                check=_check_aes_bits),
+                check=_check_aes_bits, identity=False),
     SerdeOption("key_provider", str, "hkdf",
                 "'hkdf' (one master key file), 'keyring' (per-tenant versioned keys) or a name a "
                 "hook plugin provides", check=_check_provider_name, identity=False),
@@ -76,7 +79,7 @@ OPTIONS: tuple[SerdeOption, ...] = (
                 identity=False),
     SerdeOption("frame_version", int, DEFAULT_FRAME_VERSION,
                 "frame version written: 2 (default, bound to the object key) or 1 (readable by "
-                "LMCache); both are always read", check=_check_frame_version),
+                "LMCache); both are always read", check=_check_frame_version, identity=False),
     max_workers_option(1),
 )
 
