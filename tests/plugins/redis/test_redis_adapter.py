@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.l2 import L2StoreResult, load_sync, lookup_sync, store_sync, wait_for_store
+from lmserde.testing import L2AdapterConformance
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import (
     LAYOUT,
@@ -27,6 +29,17 @@ MakeAdapter = Callable[..., Any]
 @pytest.fixture
 def adapter(redis_server: LocalRedisServer, make_redis_adapter: MakeAdapter) -> Any:
     return make_redis_adapter(url=redis_server.url)
+
+
+class TestRedisAdapterConformance(L2AdapterConformance):
+    """The public L2 adapter kit against a real server (a fresh namespace per check)."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, redis_server: LocalRedisServer, make_redis_adapter: MakeAdapter) -> None:
+        self._make = lambda: make_redis_adapter(url=redis_server.url)
+
+    def make_adapter(self, tmp_path: Path) -> Any:
+        return self._make()
 
 
 def test_store_lookup_load_round_trip(adapter: Any) -> None:
