@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import torch
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
-from lmserde.l2 import L2StoreResult, load_sync, lookup_sync, store_sync, wait_for_store
+from lmserde.l2 import (
+    L2StoreResult,
+    load_sync,
+    lookup_sync,
+    store_sync,
+    wait_for_lookup,
+    wait_for_store,
+)
 from lmserde.testing import L2AdapterConformance
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import (
@@ -180,7 +187,8 @@ def test_fds_are_distinct_and_results_are_taken_once(adapter: Any) -> None:
     assert adapter.pop_completed_store_tasks() == {}
     lookup_task = adapter.submit_lookup_and_lock_task([key])
     assert lookup_sync(adapter, [key]).to_list() == [True]
-    assert adapter.query_lookup_and_lock_result(lookup_task) is not None
+    # the first lookup may finish after the second (several workers): wait for it, on its fd
+    assert wait_for_lookup(adapter, lookup_task).to_list() == [True]
     assert adapter.query_lookup_and_lock_result(lookup_task) is None
     assert adapter.query_load_result(12345) is None
 
