@@ -66,7 +66,7 @@ def create_plugin(name: str, directory: Path) -> list[Path]:
 
 _PYPROJECT = '''\
 [build-system]
-requires = ["setuptools>=64"]
+requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
 
 [project]
@@ -75,7 +75,7 @@ version = "0.1.0"
 description = "$name: a KV-cache serde for lmserde / LMCache L2 tiers"
 readme = "README.md"
 requires-python = ">=3.10"
-license = { text = "Apache-2.0" }
+license = "Apache-2.0"
 # The range of lmserde cores this plugin is built for: lmserde refuses (and `lmserde plugins`
 # lists as incompatible) a plugin whose range excludes the installed core.
 dependencies = ["lmserde$core_range", "torch>=2.4"]
