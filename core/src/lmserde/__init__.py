@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from lmserde._version import __version__
 
 _EXPORTS: dict[str, str] = {
+    # the plugin-facing API version plugins declare a range of (Requires-Dist: lmserde>=X,<Y)
+    "API_VERSION": "lmserde.compat",
     # contracts
     "Serializer": "lmserde.base",
     "Deserializer": "lmserde.base",
@@ -82,6 +84,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static view of the lazy exports
     from lmserde.base import Deserializer, SerdeConfig, SerdeProcessor, SerdeTaskId, Serializer
+    from lmserde.compat import API_VERSION
     from lmserde.completion_queue import CompletionQueue
     from lmserde.data_kind import DataKind
     from lmserde.events import create_event_notifier

@@ -3,7 +3,9 @@
 Metadata is scanned once, lazily; a plugin module is imported only when it is loaded. The same
 entry point seen twice (duplicated install metadata) counts once; two different distributions
 claiming one name is a conflict reported with both. ``LMSERDE_DISABLE_PLUGINS=a,b`` skips entry
-points by name or by distribution name.
+points by name or by distribution name. A plugin whose distribution requires a different core
+(``Requires-Dist: lmserde ...``, see :mod:`lmserde.compat`) is listed as ``incompatible`` and
+refuses to load, without being imported.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from lmserde.compat import incompatibility
 from lmserde.containment import describe_exception, must_propagate
 
 __all__ = ["PluginRecord", "PluginLoadError", "EntryPointGroup", "disabled_plugin_names"]
@@ -51,6 +54,8 @@ class PluginRecord:
     conflict_with: list[str] = field(default_factory=list)
     loaded: Any = None
     error: BaseException | None = None
+    #: Why this plugin's distribution cannot run on this core (``None``: compatible).
+    incompatible: str | None = None
 
     @property
     def status(self) -> str:
@@ -58,6 +63,8 @@ class PluginRecord:
             return "disabled"
         if self.conflict_with:
             return "conflict"
+        if self.incompatible:
+            return "incompatible"
         if self.error is not None:
             return "failed"
         if self.loaded is not None:
@@ -147,6 +154,7 @@ class EntryPointGroup:
                 if _normalize(existing.distribution) != _normalize(dist_name):
                     existing.conflict_with.append(f"{dist_name} {version}".strip())
                 continue
+            reason = incompatibility(dist)
             found[ep.name] = PluginRecord(
                 group=self.group,
                 name=ep.name,
@@ -156,5 +164,8 @@ class EntryPointGroup:
                 summary=summary,
                 entry_point=ep,
                 disabled=_normalize(ep.name) in disabled or _normalize(dist_name) in disabled,
+                incompatible=reason,
+                # load() raises this without importing anything
+                error=PluginLoadError(reason) if reason else None,
             )
         return found

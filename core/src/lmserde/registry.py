@@ -121,7 +121,10 @@ def _unknown_type_error(serde_type: str) -> ValueError:
     if record is not None and record.disabled:
         message += f" ('{serde_type}' is installed but disabled by LMSERDE_DISABLE_PLUGINS)"
     elif serde_type in _KNOWN_DISTRIBUTIONS:
-        message += f". Install it with: pip install {_KNOWN_DISTRIBUTIONS[serde_type]}"
+        dist = _KNOWN_DISTRIBUTIONS[serde_type]
+        message += (f". Install it with: pip install --find-links DIR {dist} (DIR: wheels built by "
+                    f"`nox -s build` in the lmserde repository), or pip install ./plugins/<dir> "
+                    "from a checkout")
     return ValueError(message)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from lmserde._version import __version__
-from lmserde.cli import info_command, plugins_command, scrub_command
+from lmserde.cli import info_command, new_plugin_command, plugins_command, scrub_command
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +29,7 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     plugins_command.add_parser(sub)
     info_command.add_parser(sub)
     scrub_command.add_parser(sub)
+    new_plugin_command.add_parser(sub)
     _add_bench(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
@@ -61,8 +63,10 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    # torch built against NumPy warns on import when NumPy is absent; nothing here needs NumPy.
+    warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy", category=UserWarning)
     # Listing must stay metadata-only: skip importing hook plugins for it.
-    light = bool(args_list) and args_list[0] in ("plugins", "--version")
+    light = bool(args_list) and args_list[0] in ("plugins", "new-plugin", "--version")
     parser = build_parser(with_plugin_commands=not light)
     args = parser.parse_args(args_list)
     handler = getattr(args, "handler", None)
