@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from adapter_contract import key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lmserde import ObjectKey, TensorMemoryObj
@@ -21,6 +20,7 @@ from lmserde.l2.fs_names import (
     readable_name,
     sidecar_name,
 )
+from lmserde.testing import adapter_key as key
 
 KEYS = st.builds(
     ObjectKey,
