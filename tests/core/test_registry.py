@@ -57,7 +57,7 @@ def test_unknown_type_of_a_shipped_plugin_gets_a_pip_hint(monkeypatch: Any) -> N
         create_serde_processor(SerdeConfig("turboquant"))
     with pytest.raises(ValueError, match="pip install --find-links DIR lmserde-asym-k16-v8"):
         create_serde_processor(SerdeConfig("asym_k16_v8_v_only"))
-    with pytest.raises(ValueError, match="pip install lmserde-zstd"):
+    with pytest.raises(ValueError, match="pip install --find-links DIR lmserde-zstd"):
         create_serde_processor(SerdeConfig("zstd"))
 
 

@@ -95,5 +95,6 @@ def test_lmserde_info_shows_kinds_and_identity(capsys: pytest.CaptureFixture[str
     assert data["produces"] == "ciphertext" and data["format_version"] == 1
     options = {o["name"]: o for o in data["options"]}
     assert options["master_key_path"]["identity"] is False
-    assert options["frame_version"]["identity"] is True
+    assert options["frame_version"]["identity"] is False  # every frame records its version
+    assert options["max_workers"]["identity"] is False
     assert options["max_workers"]["maximum"] == 256

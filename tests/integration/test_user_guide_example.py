@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packaging"))
 from doc_examples import doc_example
+from lmserde.l2 import FRAME_HEADER_BYTES
 
 
 def test_store_drop_load_example_runs(tmp_path: Path) -> None:
@@ -21,7 +22,7 @@ def test_store_drop_load_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     size = 16 * 2 * 8 * 128
-    assert lines[0] == f"stored {size} bytes of {2 * size}"
+    assert lines[0] == f"stored {size + FRAME_HEADER_BYTES} bytes of {2 * size}"  # + the frame
     error = float(lines[1].split()[-1])
     assert 0.0 < error < 0.1
     assert "Warning" not in result.stderr, result.stderr

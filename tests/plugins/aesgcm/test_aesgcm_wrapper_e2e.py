@@ -223,7 +223,7 @@ def test_v2_files_are_clean_misses_after_switching_back_to_v1(make_adapter: Any,
     writer = make_adapter()
     assert store_sync(writer, KEYS, _objects()).is_successful()
     reader = make_adapter(frame_version=1)
-    hits, outs = _load(reader, l1)
+    hits, _outs = _load(reader, l1)
     assert hits == [False, False, False]
     assert reader.metrics()["rejections"] == {"length": 3}
 
