@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
