@@ -103,6 +103,27 @@ def test_byte_accounting(split: SplitTierL2Adapter) -> None:
     assert status["serde_framed"] is True
 
 
+def test_listeners_hear_logical_keys(split: SplitTierL2Adapter) -> None:
+    events: list[tuple[str, list[object]]] = []
+
+    class Listener:
+        def on_l2_keys_stored(self, keys: list[object], sizes: list[int]) -> None:
+            events.append(("stored", keys))
+
+        def on_l2_keys_accessed(self, keys: list[object]) -> None:
+            events.append(("accessed", keys))
+
+        def on_l2_keys_deleted(self, keys: list[object]) -> None:
+            events.append(("deleted", keys))
+
+    split.register_listener(Listener())
+    a = key(1)
+    assert l2.store_sync(split, [a], [kv_object(1)]).is_successful()
+    assert l2.load_sync(split, [a], [sentinel_object()]).count() == 1
+    split.delete([a])
+    assert events == [("stored", [a]), ("accessed", [a]), ("deleted", [a])]
+
+
 def test_lookup_and_load_miss_unless_complete(split: SplitTierL2Adapter) -> None:
     a, b = key(1), key(2)
     assert l2.store_sync(split, [a], [kv_object(1)]).is_successful()

@@ -99,11 +99,36 @@ class _Read:
     k_objs: list[MemoryObj] = field(default_factory=list)  # load only, per position
 
 
+def _logical_of(v_keys: Sequence[ObjectKey]) -> list[int | ObjectKey]:
+    """Logical key of each V child key (positions of other keys hold their index)."""
+    out: list[int | ObjectKey] = []
+    for i, key in enumerate(v_keys):
+        parsed = parse_component_key(key)
+        out.append(parsed[0] if parsed is not None and parsed[1] == "v" else i)
+    return out
+
+
 class _InnerEvents:
-    """Listener on the V side: V children deleted or evicted there invalidate their keys."""
+    """Listener on the V side: V children deleted or evicted there invalidate their keys; every
+    event reaches this adapter's listeners with logical keys."""
 
     def __init__(self, adapter: SplitTierL2Adapter) -> None:
         self._adapter = weakref.ref(adapter)
+
+    def on_l2_keys_stored(self, keys: list[ObjectKey], sizes: list[int]) -> None:
+        adapter = self._adapter()
+        if adapter is not None:
+            pairs = [(k, s) for k, s in zip(_logical_of(keys), sizes) if isinstance(k, ObjectKey)]
+            if pairs:
+                adapter._call_listeners("on_l2_keys_stored", [k for k, _ in pairs],
+                                        [s for _, s in pairs])
+
+    def on_l2_keys_accessed(self, keys: list[ObjectKey]) -> None:
+        adapter = self._adapter()
+        if adapter is not None:
+            logical = [k for k in _logical_of(keys) if isinstance(k, ObjectKey)]
+            if logical:
+                adapter._call_listeners("on_l2_keys_accessed", logical)
 
     def on_l2_keys_deleted(self, keys: list[ObjectKey]) -> None:
         adapter = self._adapter()
@@ -118,7 +143,9 @@ class SplitTierL2Adapter(L2AdapterInterface):
     adapter; this adapter owns it, and closing closes it (inner adapter and serde included) and
     deletes the K halves from L1. ``slots`` says which group is K and which V.
 
-    Store results: success with the bytes the V side wrote to L2, or ``L2StoreResult(False, 0)``
+    Listeners (:meth:`register_listener`) hear the inner adapter's stored, accessed and deleted
+    events of V children, with logical keys. Store results: success with the bytes the V side
+    wrote to L2, or ``L2StoreResult(False, 0)``
     (K could not be kept, or the V store failed); a failed store leaves neither half behind.
     Lookup-and-lock hits hold a read lock on the K half (it cannot be evicted) and the inner
     adapter's lock on the V child until :meth:`submit_unlock`. :meth:`accounting` reports the
