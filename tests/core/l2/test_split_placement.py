@@ -19,6 +19,7 @@ from lmserde.l2 import (
     derive_storage_placement_mode,
     parse_component_key,
 )
+from lmserde.l2.split_placement import placement_of_processor
 
 SPLIT, TOGETHER = StoragePlacementMode.KV_SPLIT_TIER, StoragePlacementMode.KV_TOGETHER
 
@@ -46,6 +47,21 @@ def test_placement_of_several_configs_is_split_if_any_is() -> None:
     assert derive_storage_placement_mode(
         [SerdeConfig("fp8"), SerdeConfig("asym_k16_v8_v_only")]) is SPLIT
     assert derive_storage_placement_mode([]) is TOGETHER
+
+
+@pytest.mark.parametrize(("mapping", "mode"), [
+    (None, TOGETHER), ((0, 1), TOGETHER), ((0, None, 1), TOGETHER),
+    ((None, 1), SPLIT), ((0, None), SPLIT),
+])
+def test_placement_from_the_slot_mapping(mapping: tuple[int | None, ...] | None,
+                                         mode: StoragePlacementMode) -> None:
+    """Absent slots mean split-tier only when the present ones leave a (K, V) group out."""
+
+    class Slots:
+        def input_slot_mapping(self) -> tuple[int | None, ...] | None:
+            return mapping
+
+    assert placement_of_processor(Slots()) is mode  # type: ignore[arg-type]
 
 
 def test_a_split_tier_adapter_must_be_the_only_l2_adapter() -> None:

@@ -2,8 +2,8 @@
 
 ``KV_TOGETHER`` (every serde but the V-only ones): the serde writes one blob holding the whole
 object to L2. ``KV_SPLIT_TIER`` (``*_v_only`` serdes, and any serde whose input slot mapping
-leaves a group out): K stays in L1 under its own child key, V is serialized to L2 under another;
-:class:`~lmserde.l2.split_tier.SplitTierL2Adapter` implements it.
+names a single group, like ``(None, 1)``): K stays in L1 under its own child key, V is
+serialized to L2 under another; :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` implements it.
 
 The child keys of a logical key (:func:`derive_component_key`) keep its model name, rank, object
 group and cache salt (so both halves are billed to the same tenant) and append a fixed marker to
@@ -89,9 +89,14 @@ def derive_storage_placement_mode(configs: Iterable[Any]) -> StoragePlacementMod
 
 
 def placement_of_processor(processor: SerdeProcessor) -> StoragePlacementMode:
-    """``KV_SPLIT_TIER`` when the processor's input slot mapping leaves a slot absent (``None``)."""
+    """``KV_SPLIT_TIER`` when the processor's input slot mapping has absent slots (``None``) and
+    its present slots all name one object group, so a (K, V) object is not covered — like
+    ``(None, 1)``. A mapping such as ``(0, None, 1)`` still covers both groups: ``KV_TOGETHER``.
+    """
     mapping = processor.input_slot_mapping()
-    if mapping is not None and any(g is None for g in mapping):
+    if mapping is None or all(g is not None for g in mapping):
+        return StoragePlacementMode.KV_TOGETHER
+    if len({g for g in mapping if g is not None}) == 1:
         return StoragePlacementMode.KV_SPLIT_TIER
     return StoragePlacementMode.KV_TOGETHER
 
