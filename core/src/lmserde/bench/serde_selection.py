@@ -52,10 +52,7 @@ BENCH_CHAINS: tuple[tuple[dict[str, Any], ...], ...] = (
 )
 
 #: Serde types the default run leaves out, with the reason shown to the user.
-_NOT_BY_DEFAULT = {
-    "asym_k16_v8_v_only": "split-tier serde (stores V only, K stays in L1); bench stores whole "
-    "chunks, use asym_k16_v8",
-}
+_NOT_BY_DEFAULT: dict[str, str] = {}
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 

@@ -166,9 +166,12 @@ def create_l2_adapter(
     compose) before the adapter is built. A ``serde`` needs ``l1_manager`` (its temporary buffers
     live there). An adapter factory that raises a ``BaseException`` other than ``Exception``
     gives a :class:`~lmserde.PluginLoadError` naming the adapter and its distribution. An
-    ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. Nothing
-    is leaked when building fails. ``repair=False`` makes the serde wrapper leave refused objects
-    in place (for tools that only inspect, like scrub).
+    ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. A
+    split-tier serde (``*_v_only``, or a slot mapping that leaves K out) gives a
+    :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` (K kept in ``l1_manager``, V stored through
+    the serde); its startup rules raise ``SplitTierConfigError`` here. Nothing is leaked when
+    building fails. ``repair=False`` makes the serde wrapper leave refused objects in place (for
+    tools that only inspect, like scrub).
     """
     config = spec if isinstance(spec, L2AdapterConfig) else parse_l2_adapter_spec(spec)
     if config.serde_config is not None and l1_manager is None:
@@ -184,11 +187,18 @@ def create_l2_adapter(
     if config.serde_config is None:
         return adapter
     from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
+    from lmserde.l2.split_placement import StoragePlacementMode, resolve_placement
 
     processor: SerdeProcessor | None = None
     try:
         processor, serde_type, contract = create_serde_for_config(config.serde_config)
         assert l1_manager is not None
+        if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
+            from lmserde.l2.split_tier import create_split_tier_adapter
+
+            return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
+                                             size_contract=contract, frame=config.serde_frame,
+                                             repair=repair)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
                                      repair=repair)
