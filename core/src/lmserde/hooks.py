@@ -6,6 +6,13 @@ isolation as serdes: a plugin that fails to import is recorded (and listed by
 (:func:`call_hookimpls`): one that raises anything is logged naming its plugin and ignored, and
 the others still run. Plugins may add their own hookspecs with
 ``get_plugin_manager().add_hookspecs(...)`` (the aesgcm plugin adds a key-provider hook).
+
+Hook plugins are loaded once per process, off the data path: by the first
+:func:`get_plugin_manager` / :func:`load_hook_plugins` call, which every
+:class:`~lmserde.AsyncSerdeProcessor` and serde wrapper makes when it is constructed. Emitting an
+event (:func:`emit_serde_task_event`, :func:`emit_wrapper_task_event`, called on worker and poll
+threads) never scans entry points or imports anything: it delivers to the plugins loaded by then.
+A hook plugin's entry point should name a module that imports only what its hooks need.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ __all__ = [
     "hookimpl",
     "CoreHookSpecs",
     "get_plugin_manager",
+    "load_hook_plugins",
     "hook_plugin_records",
     "emit_serde_task_event",
     "emit_wrapper_task_event",
@@ -72,7 +80,12 @@ _pm_lock = threading.Lock()
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, with hook plugins from ``lmserde.hooks`` registered."""
+    """The process-wide plugin manager, with hook plugins from ``lmserde.hooks`` registered.
+
+    The first call scans the entry-point group and imports every enabled hook plugin (each
+    failure is recorded and logged, never raised); later calls return the same manager without
+    scanning again. Thread-safe.
+    """
     global _pm
     with _pm_lock:
         if _pm is None:
@@ -82,6 +95,16 @@ def get_plugin_manager() -> pluggy.PluginManager:
                 _register_hook_plugin(pm, record)
             _pm = pm
         return _pm
+
+
+def load_hook_plugins() -> None:
+    """Load the hook plugins now (once per process), so that later events never trigger it.
+
+    Called by :class:`~lmserde.AsyncSerdeProcessor` and the serde wrapper when they are built.
+    Cheap after the first call. Never raises for a plugin's sake: a plugin that fails is recorded.
+    """
+    if _pm is None:
+        get_plugin_manager()
 
 
 def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> None:
@@ -136,7 +159,12 @@ def call_hookimpls(
     the first implementation that returns something other than ``None``. Hook wrappers are not
     called. An unknown hook name gives ``[]``.
     """
-    pm = get_plugin_manager()
+    return _call_impls(get_plugin_manager(), hook_name, firstresult, kwargs)
+
+
+def _call_impls(
+    pm: pluggy.PluginManager, hook_name: str, firstresult: bool, kwargs: dict[str, Any]
+) -> list[HookImplResult]:
     hook = getattr(pm.hook, hook_name, None)
     if hook is None:
         return []
@@ -159,21 +187,27 @@ def call_hookimpls(
     return results
 
 
-def _call_safely(hook_name: str, **kwargs: Any) -> None:
+def _emit(hook_name: str, **kwargs: Any) -> None:
+    """Deliver an event to the hook plugins already loaded; never loads any, never raises."""
+    pm = _pm  # one read of the reference: no lock, no discovery on the data path
+    if pm is None:  # nothing loaded yet (only after reset_plugin_manager), so no one to tell
+        return
     try:
-        call_hookimpls(hook_name, **kwargs)
+        _call_impls(pm, hook_name, False, kwargs)
     except Exception:  # the plugin manager itself failed; never break the caller
         _log.exception("hook %s could not be called; ignored", hook_name)
 
 
 def emit_serde_task_event(event: SerdeTaskEvent) -> None:
-    """Deliver a processor event to every hook implementation; failures are logged, not raised.
+    """Deliver a processor event to every loaded hook implementation; never raises.
 
-    An implementation that raises (any ``BaseException``) does not stop the others.
+    Each implementation is called on its own (:func:`call_hookimpls`): one that raises (any
+    ``BaseException`` but a main-thread ``KeyboardInterrupt``) is logged and the others still
+    run. Runs on the processor's worker thread; never loads hook plugins.
     """
-    _call_safely("lmserde_serde_task_finished", event=event)
+    _emit("lmserde_serde_task_finished", event=event)
 
 
 def emit_wrapper_task_event(event: WrapperTaskEvent) -> None:
-    """Deliver a wrapper event to every hook implementation; failures are logged, not raised."""
-    _call_safely("lmserde_wrapper_task_finished", event=event)
+    """Deliver a wrapper event like :func:`emit_serde_task_event` (never loads, never raises)."""
+    _emit("lmserde_wrapper_task_finished", event=event)

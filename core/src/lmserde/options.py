@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ __all__ = [
 ]
 
 _MISSING: Any = object()
+_log = logging.getLogger(__name__)
 
 
 def coerce_int(value: Any, *, name: str) -> int:
@@ -90,6 +93,10 @@ class SerdeOption:
     thread counts, where a key file lives). Identity options make up
     :meth:`~lmserde.SerdeProcessor.get_config`, which stored objects record to tell what wrote
     them.
+
+    ``deprecated_names`` are former names of the option still accepted in configs: the value is
+    used under ``name`` and a warning is logged once per serde and old name; giving both names
+    is an error.
     """
 
     name: str
@@ -103,6 +110,7 @@ class SerdeOption:
     maximum: float | None = None
     allow_nonfinite: bool = False
     identity: bool = True
+    deprecated_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in _COERCERS and self.type is not object:
@@ -164,6 +172,7 @@ def validate_options(
     ``kind`` names what is configured in messages (``"serde"``, ``"L2 adapter"``).
     """
     by_name = {o.name: o for o in options}
+    kwargs = _rename_deprecated(serde_type, options, kwargs, kind)
     unknown = [k for k in kwargs if k not in by_name]
     if unknown:
         key = unknown[0]
@@ -184,4 +193,34 @@ def validate_options(
             raise ValueError(f"{kind} '{serde_type}' requires option '{option.name}' ({option.help})")
         else:
             result[option.name] = option.default
+    return result
+
+
+_warned_deprecated: set[tuple[str, str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _rename_deprecated(
+    serde_type: str, options: Sequence[SerdeOption], kwargs: Mapping[str, Any], kind: str,
+) -> Mapping[str, Any]:
+    """``kwargs`` with deprecated option names replaced by the current ones."""
+    renames = {old: o.name for o in options for old in o.deprecated_names}
+    if not any(k in renames for k in kwargs):
+        return kwargs
+    result = dict(kwargs)
+    for old, new in renames.items():
+        if old not in result:
+            continue
+        if new in result:
+            raise ValueError(
+                f"{kind} '{serde_type}': options '{old}' (deprecated) and '{new}' are the same "
+                f"option; give only '{new}'"
+            )
+        result[new] = result.pop(old)
+        with _warned_lock:
+            first = (kind, serde_type, old) not in _warned_deprecated
+            _warned_deprecated.add((kind, serde_type, old))
+        if first:
+            _log.warning("%s '%s': option '%s' is deprecated; use '%s'", kind, serde_type, old,
+                         new)
     return result

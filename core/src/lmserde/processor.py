@@ -13,7 +13,7 @@ from typing import Any
 from lmserde.base import Deserializer, SerdeProcessor, SerdeTaskId, Serializer
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
 from lmserde.containment import describe_exception
-from lmserde.hooks import emit_serde_task_event
+from lmserde.hooks import emit_serde_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.memory import as_byte_tensor
 from lmserde.multi import (
@@ -170,6 +170,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
         self._metrics_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._closed = False
+        load_hook_plugins()  # here, not on a worker thread when the first event is emitted
 
     # -- accessors ------------------------------------------------------------------------------
 

@@ -61,6 +61,9 @@ class SerdeInfo:
     error: str | None = None
     size_contract: str | None = None
     lossy: bool | None = None
+    #: :meth:`SerdeSpec.describe_native` when the plugin was loaded (``None`` otherwise, and for
+    #: serdes without native code).
+    native: dict[str, Any] | None = None
 
 
 def register_serde_factory(
@@ -228,6 +231,7 @@ def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
         programmatic = dict(_programmatic)
     for record in records:
         description, error, contract, lossy = record.summary, None, None, None
+        native: dict[str, Any] | None = None
         if record.conflict_with:
             error = "also claimed by " + ", ".join(record.conflict_with)
         elif load and not record.disabled:
@@ -235,13 +239,14 @@ def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
                 spec = get_serde_spec(record.name)
                 description = spec.description or description
                 contract, lossy = spec.size_contract.value, spec.lossy
+                native = spec.describe_native()
             except Exception as exc:
                 error = f"{type(exc.__cause__ or exc).__name__}: {exc.__cause__ or exc}"
         elif record.error is not None:
             error = f"{type(record.error).__name__}: {record.error}"
         infos.append(SerdeInfo(record.name, record.distribution, record.version, record.status,
-                               description, error, contract, lossy))
+                               description, error, contract, lossy, native))
     for name, spec in programmatic.items():
         infos.append(SerdeInfo(name, "(programmatic)", "", "registered", spec.description, None,
-                               spec.size_contract.value, spec.lossy))
+                               spec.size_contract.value, spec.lossy, spec.describe_native()))
     return infos

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmserde.config_identity import canonical_value
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.data_kind import ALL_DATA_KINDS, DataKind
 from lmserde.options import SerdeOption, validate_options
 
@@ -44,6 +45,13 @@ class SerdeSpec:
     ``produces`` what it writes (default ``BYTES``); ``consumes_hint`` is a sentence added to the
     error when a chain feeds it something else. Identity: ``format_version`` is the version of the
     plugin's byte format — bump it whenever the bytes written for the same options change.
+
+    Native code: a serde with a compiled codec sets ``native_status`` to a function returning what
+    this process runs, in the vocabulary every plugin shares: ``backend`` (``"native"`` or
+    ``"torch"``), ``simd`` (the instruction level of the native code, e.g. ``"avx2"``,
+    ``"scalar"``; ``None`` when not built), ``built`` (bool) and, on the torch backend, a
+    ``reason``. ``lmserde info`` and ``lmserde plugins --load --json`` show it
+    (:meth:`describe_native`).
     """
 
     factory: SerdeFactory
@@ -55,6 +63,7 @@ class SerdeSpec:
     produces: DataKind = DataKind.BYTES
     consumes_hint: str = ""
     format_version: int = 1
+    native_status: Callable[[], Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         consumes = frozenset(self.consumes)
@@ -83,6 +92,21 @@ class SerdeSpec:
             names = sorted(o.name for o in self.options if o.identity and o.name in kwargs)
         options = {name: canonical_value(kwargs[name]) for name in names}
         return {"type": serde_type, "format_version": self.format_version, "options": options}
+
+    def describe_native(self) -> dict[str, Any] | None:
+        """``native_status()`` as a plain dict; ``None`` for a serde without native code.
+
+        Plugin code: whatever it raises (anything but a main-thread ``KeyboardInterrupt``) is
+        reported as ``{"error": "..."}``, never raised.
+        """
+        if self.native_status is None:
+            return None
+        try:
+            return {str(k): v for k, v in dict(self.native_status()).items()}
+        except BaseException as exc:  # plugin code
+            if must_propagate(exc):
+                raise
+            return {"error": describe_exception(exc)}
 
     def validate(self, serde_type: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The kwargs the factory will receive, or ``ValueError`` for invalid ones."""

@@ -31,10 +31,10 @@ def test_config_object_bounds_block_size() -> None:
     assert TurboQuantConfig(block_size=MAX_BLOCK_SIZE).block_size == MAX_BLOCK_SIZE
 
 
-def test_implementation_is_not_an_identity_option() -> None:
+def test_backend_is_not_an_identity_option() -> None:
     configs = []
-    for implementation in ("torch", "auto"):
-        proc = create_serde_processor({"type": "turboquant", "implementation": implementation})
+    for backend in ("torch", "auto"):
+        proc = create_serde_processor({"type": "turboquant", "backend": backend})
         configs.append(proc.get_config())
         proc.close()
     assert configs[0] == configs[1]

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from lmserde.base import SerdeProcessor
-from lmserde.hooks import emit_wrapper_task_event
+from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
@@ -193,6 +193,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             )
         self._metrics = WrapperMetrics()
         self._consecutive_failures = {"store": 0, "load": 0}
+        load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         self._estimates: dict[MemoryLayoutDesc, int] = {}
         self._temp_layouts: dict[int, MemoryLayoutDesc] = {}
         self._lock = threading.Lock()

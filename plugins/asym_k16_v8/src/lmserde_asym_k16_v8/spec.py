@@ -19,6 +19,7 @@ from lmserde import (
     SerdeSpec,
     max_workers_option,
 )
+from lmserde_fp8 import log_fallback_once, native_status
 
 from lmserde_asym_k16_v8.codec import AsymCodec
 from lmserde_asym_k16_v8.dtype_ids import DTYPE_TO_ID
@@ -105,6 +106,7 @@ def _codec(kwargs: dict[str, Any], k_dtype_tag: str = "bfloat16") -> AsymCodec:
 def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory of ``asym_k16_v8`` (storage-only: K bit-exact, V fp8)."""
     codec = _codec(kwargs)
+    log_fallback_once()
     return AsyncSerdeProcessor(
         AsymK16V8MultiSerializer(codec),
         AsymK16V8MultiDeserializer(codec),
@@ -116,6 +118,7 @@ def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
 def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory of ``asym_k16_v8_v_only`` (V alone as fp8; K stays elsewhere)."""
     codec = _codec(kwargs, str(kwargs.get("k_dtype_tag", "bfloat16")))
+    log_fallback_once()
     return AsyncSerdeProcessor(
         AsymK16V8VOnlyMultiSerializer(codec),
         AsymK16V8VOnlyMultiDeserializer(codec),
@@ -134,6 +137,7 @@ ASYM_K16_V8_SPEC = SerdeSpec(
     produces=DataKind.BYTES,
     consumes_hint=_KV_HINT,
     format_version=1,
+    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
 
 ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
@@ -151,4 +155,5 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
     produces=DataKind.BYTES,
     consumes_hint=_KV_HINT,
     format_version=1,
+    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )

@@ -14,8 +14,9 @@ from lmserde import (
     max_workers_option,
 )
 
+from lmserde_turboquant import codec_native
 from lmserde_turboquant.config import (
-    IMPLEMENTATIONS,
+    BACKENDS,
     MAX_BLOCK_SIZE,
     MAX_SKIPPED_LAYERS,
     TurboQuantConfig,
@@ -26,7 +27,7 @@ from lmserde_turboquant.serde import TurboQuantDeserializer, TurboQuantSerialize
 __all__ = ["TURBOQUANT_SPEC", "create_turboquant_processor"]
 
 _CONFIG_FIELDS = ("preset", "head_dim", "block_size", "skip_first_layers", "skip_last_layers",
-                  "implementation")
+                  "backend")
 
 
 def _check_field(name: str) -> Any:
@@ -41,6 +42,8 @@ def _check_field(name: str) -> Any:
 def create_turboquant_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory: a processor from validated kwargs (every declared option present)."""
     config = TurboQuantConfig(**{name: kwargs[name] for name in _CONFIG_FIELDS if name in kwargs})
+    if config.backend == "auto":
+        codec_native.log_fallback_once()
     return AsyncSerdeProcessor(
         TurboQuantSerializer(config),
         TurboQuantDeserializer(config),
@@ -64,11 +67,11 @@ TURBOQUANT_SPEC = SerdeSpec(
                     minimum=0, maximum=MAX_SKIPPED_LAYERS),
         SerdeOption("skip_last_layers", int, 2, "trailing layers stored raw (bit-exact)",
                     minimum=0, maximum=MAX_SKIPPED_LAYERS),
-        SerdeOption("implementation", str, "auto",
-                    "codec: auto (native C when built, for CPU tensors), native, torch (all "
-                    "write identical bytes)",
-                    choices=IMPLEMENTATIONS, check=_check_field("implementation"),
-                    identity=False),
+        SerdeOption("backend", str, "auto",
+                    "codec backend: auto (native C when built, for CPU tensors), native, torch "
+                    "(all write identical bytes); formerly 'implementation'",
+                    choices=BACKENDS, check=_check_field("backend"),
+                    identity=False, deprecated_names=("implementation",)),
         max_workers_option(1),
     ),
     size_contract=SerdeSizeContract.EXACT,
@@ -78,4 +81,5 @@ TURBOQUANT_SPEC = SerdeSpec(
     consumes_hint="turboquant quantizes KV tensors (it reads their layers, heads and dtype); "
     "put it first in a chain, e.g. [turboquant, aesgcm].",
     format_version=1,
+    native_status=codec_native.native_status,
 )
