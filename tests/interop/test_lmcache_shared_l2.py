@@ -1,8 +1,9 @@
-"""One L2 directory shared by LMCache 0.5.6 and lmserde: ``"serde_frame": false`` interoperates.
+"""One L2 directory shared by LMCache 0.5.6 and lmserde.
 
-LMCache's own wrapper, fs adapter and fp8 serde write; lmserde's ``create_l2_adapter`` with the
-frame turned off reads the same files (and the other way round). With the frame on (the
-default) LMCache's files are refused as ``format`` — misses, never wrong KV.
+LMCache's own wrapper, fs adapter and fp8 serde write; lmserde's ``create_l2_adapter`` with
+LMCache's file names (``"naming": "lmcache"``) and the frame turned off (``"serde_frame":
+false``) reads the same files, and the other way round. With the frame on (the default)
+LMCache's files are refused as ``format`` — misses, never wrong KV.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def l1() -> L1Manager:
 
 
 def _lmserde_fs(tmp_path: Path, l1: L1Manager, frame: bool) -> Any:
-    return create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "l2"),
+    return create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "l2"), "naming": "lmcache",
                               "serde": {"type": "fp8"}, "serde_frame": frame}, l1)
 
 
