@@ -27,7 +27,7 @@ from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
 
 __all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
-           "check_serialized_size"]
+           "check_serialized_size", "scrub_destination"]
 
 _log = logging.getLogger(__name__)
 
@@ -110,8 +110,9 @@ def check_serialized_size(serde_type: str, n: Any, capacity: int | None) -> int:
     return int(n)
 
 
-def _scrub(dst: Any) -> None:
-    """Zero a destination whose deserialize failed, so no partial data survives."""
+def scrub_destination(dst: Any) -> None:
+    """Zero a deserialize destination (an object, a slot view or a tuple of them) whose data must
+    not be used, so no partial data survives; best effort, never raises."""
     for obj in dst if isinstance(dst, tuple) else (dst,):
         if obj is None:
             continue
@@ -328,7 +329,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
             _log.warning("serde %s: %s of item for key %r failed: %s", self.serde_type,
                          direction, getattr(key, "chunk_hash", key), describe_exception(exc))
             if direction == DESERIALIZE:
-                _scrub(dst)
+                scrub_destination(dst)
             return exc
         return None
 
