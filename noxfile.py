@@ -6,6 +6,8 @@
     nox -s lint             ruff + the check that plugins import only the public lmserde API
     nox -s docs             docs link check
     nox -s bench            every benchmark script (ratios against memcpy / baselines)
+    nox -s build            wheel + sdist of core and every plugin into dist/, checked, then
+                            installed from dist/ into a fresh venv as a user would (tests/packaging)
     nox -s interop          plugins against the real lmcache==0.5.6 package (run by CI)
 
 Venvs are reused: a stamp of the package definitions decides whether anything is reinstalled, and
@@ -23,7 +25,7 @@ import nox
 ROOT = Path(__file__).parent
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").glob("*") if (p / "pyproject.toml").exists())
-TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=64",
+TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "setuptools>=77",
                "prometheus_client>=0.18"]
 #: Test-only servers: moto (pure Python) is the S3-compatible server the lmserde-s3 tests and
 #: benchmarks/bench_s3.py start on loopback.
@@ -36,6 +38,10 @@ LMCACHE_CPU_DEPS = [
     "prometheus_client>=0.18.0,<=0.24.1", "py-cpuinfo", "psutil", "aiohttp", "requests",
     "cachetools", "pyyaml", "aiofiles",
 ]
+
+#: Triton for the interop session: its interpreter runs LMCache's TurboQuant kernels on the CPU
+#: (tests/interop/test_lmcache_turboquant.py). The version pip resolves next to torch 2.13.0 (CPU).
+TRITON = "triton==3.9.0"
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -131,8 +137,9 @@ def plugin(session: nox.Session, name: str) -> None:
 
 @nox.session(python="3.11")
 def interop(session: nox.Session) -> None:
-    """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper."""
-    _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS])
+    """lmserde plugins against the real LMCache 0.5.6: wire formats, registry, LMCache's wrapper,
+    and LMCache's TurboQuant Triton kernels run by Triton's interpreter on the CPU."""
+    _install(session, _workspace_packages(), [*TEST_EXTRAS, *LMCACHE_CPU_DEPS, TRITON])
     session.install("--no-deps", "lmcache==0.5.6")
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [
         "tests/interop", "tests/plugins/turboquant/test_tq_lmcache_real.py"]))
@@ -150,6 +157,26 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Every relative link in README.md and docs/ points at an existing file."""
     session.run("python", "tools/check_doc_links.py", external=True)
+
+
+@nox.session(python="3.11")
+def build(session: nox.Session) -> None:
+    """Wheels and sdists of every distribution into dist/, checked, then installed as a user would.
+
+    tools/dists.py builds each sdist and a wheel from it (core and every plugins/*/pyproject.toml)
+    and checks them (twine check --strict, license, URLs, classifiers, Requires-Python, the
+    lmserde range, native extensions inside the wheels). tests/packaging then installs
+    ``lmserde-fp8`` with ``pip install --find-links dist`` into one fresh venv, lists and uses it,
+    and generates, installs and tests a plugin from ``lmserde new-plugin`` in that same venv.
+    """
+    session.install("build>=1.0", "twine>=6.1", "setuptools>=77", "wheel", "packaging>=22",
+                    "pytest>=7", "pytest-timeout>=2.1")
+    dist = ROOT / "dist"
+    session.run("python", "tools/dists.py", "build", "--outdir", str(dist))
+    session.run("python", "tools/dists.py", "check", "--outdir", str(dist))
+    session.run("pytest", "-p", "no:cacheprovider", "--confcutdir", "tests/packaging",
+                *(session.posargs or ["tests/packaging"]),
+                env={"LMSERDE_DIST_DIR": str(dist), "LMSERDE_CONSTRAINTS": CONSTRAINTS})
 
 
 @nox.session(python="3.11")

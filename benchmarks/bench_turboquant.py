@@ -193,7 +193,7 @@ def _chunk(default_skips: bool) -> torch.Tensor:
 
 
 def bench_serializer(presets: list[str], repeats: int, cold: bool,
-                     implementation: str = "auto") -> list[dict[str, Any]]:
+                     backend: str = "auto") -> list[dict[str, Any]]:
     """Direct Serializer/Deserializer calls on one thread against one-thread memcpy."""
     out = []
     for default_skips in (False, True):
@@ -204,7 +204,7 @@ def bench_serializer(presets: list[str], repeats: int, cold: bool,
         skips = {} if default_skips else {"skip_first_layers": 0, "skip_last_layers": 0}
         sizes = {}
         for name in presets:
-            cfg = TurboQuantConfig(preset=name, implementation=implementation, **skips)
+            cfg = TurboQuantConfig(preset=name, backend=backend, **skips)
             ser, de = TurboQuantSerializer(cfg), TurboQuantDeserializer(cfg)
             n = ser.estimate_serialized_size(src.get_layout())
             sizes[name] = n
@@ -218,7 +218,7 @@ def bench_serializer(presets: list[str], repeats: int, cold: bool,
         for name in presets:
             out.append({
                 "preset": name, "chunk": "default skips" if default_skips else "all quantized",
-                "mode": "cold" if cold else "warm", "implementation": implementation,
+                "mode": "cold" if cold else "warm", "backend": backend,
                 "ratio": nbytes / sizes[name], "memcpy_gbps": nbytes / t["memcpy"] / 1e9,
                 "enc_gbps": nbytes / t[f"{name}/enc"] / 1e9,
                 "dec_gbps": nbytes / t[f"{name}/dec"] / 1e9,
@@ -331,12 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         speed += bench_serializer(timed, repeats, cold)
     if codec_native.available():
         speed += bench_serializer(["turboquant_k8v4", "tq3"], max(3, repeats // 3), False,
-                                  implementation="torch")
+                                  backend="torch")
     print(f"\nSpeed, one thread, 8 MiB bf16 chunk (goal: encode and decode >= {_pct(GOAL)} of "
           "memcpy)")
-    print(_table(["preset", "chunk", "mode", "codec", "ratio", "memcpy GB/s", "enc GB/s", "enc",
+    print(_table(["preset", "chunk", "mode", "backend", "ratio", "memcpy GB/s", "enc GB/s", "enc",
                   "dec GB/s", "dec", "goal"],
-                 [[r["preset"], r["chunk"], r["mode"], r["implementation"], f"{r['ratio']:.2f}x",
+                 [[r["preset"], r["chunk"], r["mode"], r["backend"], f"{r['ratio']:.2f}x",
                    f"{r['memcpy_gbps']:.1f}", f"{r['enc_gbps']:.2f}", _pct(r["enc_of_memcpy"]),
                    f"{r['dec_gbps']:.2f}", _pct(r["dec_of_memcpy"]),
                    _mark(min(r["enc_of_memcpy"], r["dec_of_memcpy"]))] for r in speed]))

@@ -26,6 +26,7 @@ def write_distribution(
     entry_points: dict[str, dict[str, str]],
     modules: dict[str, str],
     summary: str = "",
+    requires: tuple[str, ...] = (),
 ) -> None:
     """Install a distribution into ``site`` the way an installer lays it out.
 
@@ -42,6 +43,7 @@ def write_distribution(
     dist_info.mkdir(exist_ok=True)
     (dist_info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n"
+        + "".join(f"Requires-Dist: {req}\n" for req in requires)
     )
     lines: list[str] = []
     for group, eps in entry_points.items():

@@ -1,35 +1,21 @@
-"""Build of lmserde-fp8: metadata lives in pyproject.toml; this file only adds the optional C codec.
+"""Build of lmserde-fp8: metadata lives in pyproject.toml; this file only adds the C codec.
 
-``lmserde_fp8._fastcodec`` is compiled with the machine's C compiler. The build is optional: when
-the compiler is missing or fails, installation continues and the package runs its pure-torch
-fallback (bit-identical, slower). Set ``LMSERDE_FP8_NO_EXTENSION=1`` to skip the compilation.
+``lmserde_fp8._fastcodec`` is compiled with the machine's C compiler by the build shared with
+lmserde-turboquant (``lmserde_native_build.py``, same flags). Without a compiler the install
+still succeeds with a loud warning and the package runs its pure-torch codec (bit-identical,
+slower); ``LMSERDE_REQUIRE_NATIVE=1`` makes that an error. ``LMSERDE_FP8_NO_EXTENSION=1`` skips
+the compilation.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
+from setuptools import setup
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lmserde_native_build import native_setup_kwargs
 
-class OptionalBuildExt(build_ext):
-    """Add optimisation flags on GCC/Clang and never let a compiler problem fail the install."""
-
-    def build_extension(self, ext: Extension) -> None:
-        if self.compiler.compiler_type == "unix":
-            # never -ffast-math: the kernels rely on IEEE rounding; SIMD is chosen at run time
-            ext.extra_compile_args = [*ext.extra_compile_args, "-O3", "-std=c11"]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            print(f"lmserde-fp8: building {ext.name} failed ({exc}); using the pure-torch codec")
-
-
-extensions = []
-if os.environ.get("LMSERDE_FP8_NO_EXTENSION", "") not in ("1", "true", "yes"):
-    extensions.append(
-        Extension("lmserde_fp8._fastcodec", sources=["csrc/fastcodec.c"], optional=True)
-    )
-
-setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})
+setup(**native_setup_kwargs("lmserde-fp8", "lmserde_fp8._fastcodec", ["csrc/fastcodec.c"],
+                            skip_env="LMSERDE_FP8_NO_EXTENSION"))

@@ -1,43 +1,22 @@
-"""Build of lmserde-turboquant: metadata lives in pyproject.toml; this file adds the optional C codec.
+"""Build of lmserde-turboquant: metadata lives in pyproject.toml; this file adds the C codec.
 
-``lmserde_turboquant._native`` is compiled with the machine's C compiler. The build is optional:
-when the compiler is missing or fails, installation continues and the package uses its pure-torch
-codec (bit-identical bytes, slower). Set ``LMSERDE_TURBOQUANT_NO_EXTENSION=1`` to skip it.
+``lmserde_turboquant._native`` is compiled with the machine's C compiler by the build shared with
+lmserde-fp8 (``lmserde_native_build.py``, same flags). Without a compiler the install still
+succeeds with a loud warning and the package uses its pure-torch codec (bit-identical bytes,
+slower); ``LMSERDE_REQUIRE_NATIVE=1`` makes that an error. ``LMSERDE_TURBOQUANT_NO_EXTENSION=1``
+skips the compilation.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
+from setuptools import setup
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lmserde_native_build import native_setup_kwargs
 
-class OptionalBuildExt(build_ext):
-    """Add the flags the codec needs on GCC/Clang; never let a compiler problem fail the install."""
-
-    def build_extension(self, ext: Extension) -> None:
-        if self.compiler.compiler_type == "unix":
-            # IEEE rounding everywhere: no fast-math, no fused multiply-add contraction.
-            # The AVX2 path is selected at run time, so no -march flag is needed.
-            ext.extra_compile_args = [*ext.extra_compile_args, "-O3", "-std=gnu11",
-                                      "-ffp-contract=off", "-fno-fast-math"]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:  # any compiler failure means "use the fallback"
-            print(f"lmserde-turboquant: building {ext.name} failed ({exc}); "
-                  "using the pure-torch codec")
-
-
-extensions = []
-if os.environ.get("LMSERDE_TURBOQUANT_NO_EXTENSION", "") not in ("1", "true", "yes"):
-    extensions.append(
-        Extension(
-            "lmserde_turboquant._native",
-            sources=["csrc/native.c"],
-            depends=["csrc/native_avx2_rows.h"],
-            optional=True,
-        )
-    )
-
-setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})
+setup(**native_setup_kwargs("lmserde-turboquant", "lmserde_turboquant._native", ["csrc/native.c"],
+                            depends=["csrc/native_avx2_rows.h"],
+                            skip_env="LMSERDE_TURBOQUANT_NO_EXTENSION"))

@@ -72,3 +72,83 @@ def test_plugin_cli_subcommand_runs(plugin_site: Callable[..., Path]) -> None:
                              env=env, capture_output=True, text=True, timeout=120, check=False)
     assert listing.returncode == 0
     assert "badhook" in listing.stdout and "hook plugin is broken" in listing.stdout
+
+
+LOAD_LOGGER = '''
+import os, threading
+from lmserde import hookimpl
+
+with open(os.environ["LMSERDE_TEST_HOOK_LOG"], "a") as f:  # one line per import of this module
+    f.write(threading.current_thread().name + "\\n")
+
+EVENTS = []
+
+@hookimpl
+def lmserde_serde_task_finished(event):
+    EVENTS.append(threading.current_thread().name)
+'''
+
+LOAD_ONCE_SCRIPT = '''
+import sys, threading
+from lmserde import AsyncSerdeProcessor
+from lmserde.hooks import get_plugin_manager
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
+from lmserde.testing import wait_for_result
+
+assert "lmserde_testplugin_loadlog" not in sys.modules  # importing lmserde loads no hook plugin
+procs = [AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 2, serde_type=f"p{i}")
+         for i in range(2)]
+assert "lmserde_testplugin_loadlog" in sys.modules  # loaded when the first processor was built
+before = set(sys.modules)
+done = []
+
+def run(p):
+    for _ in range(3):
+        done.append(wait_for_result(p, p.submit_serialize([], [], []), serialize=True))
+
+threads = [threading.Thread(target=run, args=(p,)) for p in procs]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for p in procs:
+    p.close()
+get_plugin_manager()
+assert done == [True] * 6
+events = sys.modules["lmserde_testplugin_loadlog"].EVENTS
+assert len(events) == 6 and all(name.startswith(("lmserde-p0", "lmserde-p1")) for name in events)
+assert set(sys.modules) - before == set(), set(sys.modules) - before  # nothing imported by events
+print("OK")
+'''
+
+
+def test_hook_plugins_load_once_when_a_processor_is_built_never_on_workers(
+    plugin_site: Callable[..., Path], tmp_path: Path,
+) -> None:
+    site = plugin_site("lmserde-testplugin-loadlog", "1.0",
+                       entry_points={"lmserde.hooks": {"loadlog": "lmserde_testplugin_loadlog"}},
+                       modules={"lmserde_testplugin_loadlog": LOAD_LOGGER})
+    log = tmp_path / "imports.log"
+    env = dict(os.environ, LMSERDE_TEST_HOOK_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", LOAD_ONCE_SCRIPT], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "OK"
+    assert log.read_text().splitlines() == ["MainThread"]  # imported once, on the main thread
+
+
+def test_events_never_load_hook_plugins(plugin_site: Callable[..., Path]) -> None:
+    from lmserde.hooks import emit_serde_task_event, reset_plugin_manager
+    from lmserde.observability import SerdeTaskEvent
+
+    _install(plugin_site)
+    reset_plugin_manager()
+    event = SerdeTaskEvent(serde_type="x", direction="serialize", task_id=1, num_objects=0,
+                           bytes_in=0, bytes_out=0, seconds=0.0, ok=True, error_class=None,
+                           failed_items=())
+    emit_serde_task_event(event)  # nothing loaded yet: delivered to no one, imports nothing
+    assert "lmserde_testplugin_observer" not in sys.modules
+    get_plugin_manager()
+    emit_serde_task_event(event)
+    assert [e.serde_type for e in sys.modules["lmserde_testplugin_observer"].EVENTS] == ["x"]

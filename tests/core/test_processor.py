@@ -133,10 +133,12 @@ def test_destination_without_set_used_size_still_succeeds(proc: AsyncSerdeProces
                            serialize=True)
 
 
-def test_none_result_skips_narrowing() -> None:
+def test_none_result_fails_the_item_and_skips_narrowing() -> None:
+    # serialize must return the bytes written; None is not a byte count (issue #13, case 5).
     with AsyncSerdeProcessor(RecordingSerializer(result=None), RecordingDeserializer()) as p:
         dst = NarrowSpy()
-        assert wait_for_result(p, p.submit_serialize([object()], [dst], [KEY]), serialize=True)
+        assert not wait_for_result(p, p.submit_serialize([object()], [dst], [KEY]),
+                                   serialize=True)
         assert dst.used == []
 
 

@@ -89,11 +89,14 @@ def test_chain_with_an_upper_bound_first_stage(tmp_path: Path, l1: L1Manager,
     wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
                                  "serde": [{"type": "t_zlib"}, {"type": "t_crc"}]}, l1)
     try:
-        assert wrapper.size_contract is SerdeSizeContract.EXACT  # the last stage's contract
+        # t_crc (EXACT, input + 4 bytes) gets only what t_zlib wrote: the chain is upper-bound
+        assert wrapper.size_contract is SerdeSizeContract.UPPER_BOUND
         objs = objects_for(layout, 2)
         objs[1].raw_data.zero_()  # compresses far below the bound
         keys = [key_of(i) for i in range(2)]
         assert cache.store(wrapper, keys, objs).is_successful()
+        sizes = wrapper.get_object_sizes(keys)
+        assert sizes[keys[1]] < sizes[keys[0]] < FRAME_HEADER_BYTES + 8 + layout.nbytes + 4
         bitmap, data = cache.load(wrapper, keys, layout)
         assert bitmap.count() == 2
         assert all(torch.equal(layout_bytes(s), d) for s, d in zip(objs, data))

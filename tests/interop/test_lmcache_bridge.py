@@ -24,6 +24,7 @@ from lmserde import (
     create_serde_processor,
     get_registered_serde_types,
 )
+from lmserde.events import wait_on_fd
 from lmserde.lmcache import (
     LMCacheProcessorBridge,
     as_lmserde_key,
@@ -213,18 +214,14 @@ def _kv(groups: int, seed: int) -> TensorMemoryObj:
 
 def _run(bridge: LMCacheProcessorBridge, submit: Callable[[], int], query: Callable[[int], Any]
          ) -> Any:
-    import select
-
+    """Submit a task and wait (on time, on the bridge's own fd) for ``query`` to answer."""
     task = submit()
-    poller = select.poll()
-    poller.register(bridge.get_serialize_event_fd(), select.POLLIN)
-    poller.register(bridge.get_deserialize_event_fd(), select.POLLIN)
-    for _ in range(3000):
-        result = query(task)
-        if result is not None:
-            return result
-        poller.poll(10)
-    raise AssertionError("bridge task never completed")
+    serialize = query == bridge.query_serialize_result
+    fd = bridge.get_serialize_event_fd() if serialize else bridge.get_deserialize_event_fd()
+    try:
+        return wait_on_fd(fd, lambda: query(task), timeout=60.0, what=f"bridge task {task}")
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 def _bridge(serde_type: str, pad: bool) -> LMCacheProcessorBridge:

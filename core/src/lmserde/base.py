@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,16 +25,35 @@ class Serializer(ABC):
     ``estimate_serialized_size(layout of src)``) and returns the number of bytes written. Write raw
     bytes through ``memoryview(dst.byte_array).cast("B")`` or a tensor view, never by slicing
     ``byte_array`` directly. ``key`` is the object's key; per-object serdes (encryption) read it.
+
+    ``authenticates_output`` (class or instance attribute, default ``False``): ``True`` when the
+    bytes written carry their own authentication bound to the object's key (AES-GCM frame
+    version 2), so that a stored-object frame may skip its own checksum. Set it only when any
+    change to the bytes, or bytes of another key, is certain to fail ``deserialize``.
     """
 
+    authenticates_output: bool = False
+
     @abstractmethod
-    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int: ...
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        """Write the serialized form of ``src`` into ``dst``; return the bytes written.
+
+        Pre: ``src`` is read-locked by the caller and not modified during the call; ``dst`` is a
+        byte buffer of at least ``estimate_serialized_size(src.get_layout())`` bytes, owned by
+        the caller and written by nobody else. Post: bytes ``[0, n)`` of ``dst`` hold the output
+        (``0 <= n <= capacity``, an ``int``); the caller narrows ``dst`` to ``n``. Raise on any
+        problem (the item then fails; what was written to ``dst`` is discarded). Neither object
+        is kept after the call returns. May run on any worker thread, concurrently with other
+        calls on the same instance: keep no per-call state on ``self`` without a lock.
+        """
 
     @abstractmethod
     def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
         """An upper bound on ``serialize``'s output for any object of this layout.
 
-        Depends on the layout only; any safety margin belongs here.
+        Depends on the layout only; any safety margin belongs here. Pure and thread-safe; may be
+        called on any thread, before or between ``serialize`` calls. Raise ``ValueError`` for a
+        layout the serde cannot encode.
         """
 
 
@@ -44,7 +65,16 @@ class Deserializer(ABC):
     """
 
     @abstractmethod
-    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None: ...
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        """Decode ``src`` into the pre-allocated ``dst`` (its layout says what to produce).
+
+        Pre: ``src`` holds at least the stored bytes (possibly more: never use ``len(src)`` as
+        the frame length); ``dst`` is write-locked by the caller and written by nobody else.
+        Post: ``dst`` holds the object. Raise on corrupt, truncated, foreign or mismatching input
+        (the caller turns it into a miss and zeroes ``dst``); never return garbage. Neither object
+        is kept after the call. May run on any worker thread, concurrently with other calls on
+        the same instance.
+        """
 
 
 class SerdeProcessor(ABC):
@@ -53,48 +83,133 @@ class SerdeProcessor(ABC):
     The serialize and deserialize fds are distinct and coalescing. ``query_*_result(id)`` returns
     ``True`` (every item succeeded) or ``False`` exactly once, ``None`` while pending, for unknown
     ids and after the result was taken; it never raises. ``close()`` releases fds and workers.
+
+    Thread safety: every method may be called from any thread, concurrently (LMCache's store and
+    prefetch controllers share one processor). Ownership: the objects of a submitted task belong
+    to the processor until its result is taken — the caller keeps sources read-locked and
+    destinations write-locked and does not touch them; after the result is taken the processor
+    holds no reference to them.
+
+    Identity of the byte format: :meth:`get_config` says what writes the bytes (type, format
+    version, the options that change the bytes); :meth:`authenticates_output` whether they
+    authenticate themselves. The registry attaches the config with :meth:`set_config`.
     """
 
-    @abstractmethod
-    def get_serialize_event_fd(self) -> int: ...
+    _lmserde_config: dict[str, Any] | None = None
 
     @abstractmethod
-    def get_deserialize_event_fd(self) -> int: ...
+    def get_serialize_event_fd(self) -> int:
+        """The fd that becomes readable when a serialize task finishes.
+
+        Distinct from the deserialize fd; coalescing (one wake-up may stand for several tasks,
+        so a consumer drains every id it waits for). Owned by the processor: never close or read
+        it; it stays valid until :meth:`close`.
+        """
+
+    @abstractmethod
+    def get_deserialize_event_fd(self) -> int:
+        """The fd that becomes readable when a deserialize task finishes (as the serialize fd)."""
 
     @abstractmethod
     def submit_serialize(
         self, src_objs: Sequence[Any], dst_objs: Sequence[MemoryObj], keys: Sequence[ObjectKey]
-    ) -> SerdeTaskId: ...
+    ) -> SerdeTaskId:
+        """Start serializing ``src_objs[i]`` into ``dst_objs[i]`` under ``keys[i]``; return at once.
+
+        Pre: three sequences of equal length (otherwise the whole task fails, every item, and
+        nothing is written); each destination is a byte buffer of at least :meth:`estimate_serialized_size`
+        bytes (multi serdes: sources are tuples of slots). Post: a task id unique across both
+        directions; the items run in order on one worker; each successful destination is
+        narrowed to the bytes written. Completion signals :meth:`get_serialize_event_fd`.
+        Raises ``RuntimeError`` after :meth:`close`.
+        """
 
     @abstractmethod
-    def query_serialize_result(self, task_id: SerdeTaskId) -> bool | None: ...
+    def query_serialize_result(self, task_id: SerdeTaskId) -> bool | None:
+        """``True`` (every item succeeded) or ``False``, exactly once; ``None`` while the task
+        runs, for an unknown id and once the result was taken. Never raises."""
 
     @abstractmethod
     def submit_deserialize(
         self, src_objs: Sequence[MemoryObj], dst_objs: Sequence[Any], keys: Sequence[ObjectKey]
-    ) -> SerdeTaskId: ...
+    ) -> SerdeTaskId:
+        """Start decoding ``src_objs[i]`` into the pre-allocated ``dst_objs[i]``; return at once.
+
+        Pre and post as :meth:`submit_serialize`, with the directions swapped: sources are stored
+        bytes (possibly longer than the frame), destinations are write-locked objects of the
+        expected layout (multi serdes: tuples of slots; ``None`` slots are never touched). A
+        destination whose item fails is zeroed. Completion signals
+        :meth:`get_deserialize_event_fd`.
+        """
 
     @abstractmethod
-    def query_deserialize_result(self, task_id: SerdeTaskId) -> bool | None: ...
+    def query_deserialize_result(self, task_id: SerdeTaskId) -> bool | None:
+        """As :meth:`query_serialize_result`, for deserialize tasks."""
 
     @abstractmethod
-    def estimate_serialized_size(self, layout_desc: Any) -> int: ...
+    def estimate_serialized_size(self, layout_desc: Any) -> int:
+        """An upper bound on the bytes one serialize item writes for an object of this layout
+        (multi serdes: a tuple of layouts). Exact for serdes with an ``EXACT`` size contract.
+        Thread-safe; ``ValueError`` for a layout the serde cannot encode."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Wait for submitted tasks, stop the workers and close both fds. Idempotent.
+
+        Results not yet taken are dropped; no method but :meth:`close` may be called afterwards
+        (submits raise ``RuntimeError``).
+        """
+
+    def get_config(self) -> dict[str, Any]:
+        """The canonical, JSON-serializable identity of the bytes this processor writes.
+
+        ``{"type": NAME, "format_version": N, "options": {...}}`` with the options that change the
+        bytes (``SerdeOption.identity``), sorted by name and normalized to JSON values, as
+        attached by :func:`~lmserde.create_serde_processor` through :meth:`set_config`. Two
+        processors whose configs are equal write bytes the other can read. Without an attached
+        config: ``{"type": <the serde_type attribute or the class name>}``. A chain returns
+        ``{"type": "chain", "stages": [...]}``. Returns a fresh copy each call.
+        """
+        if self._lmserde_config is not None:
+            return copy.deepcopy(self._lmserde_config)
+        serde_type = getattr(self, "serde_type", None)
+        return {"type": serde_type if isinstance(serde_type, str) else type(self).__name__}
+
+    def set_config(self, config: Mapping[str, Any]) -> None:
+        """Attach the identity :meth:`get_config` returns (the registry calls this).
+
+        ``config`` must be JSON-serializable (``ValueError`` otherwise) and is copied.
+        """
+        try:
+            text = json.dumps(dict(config), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a serde config must be JSON-serializable: {exc}") from None
+        self._lmserde_config = json.loads(text)
+
+    def authenticates_output(self) -> bool:
+        """Whether the serialized bytes authenticate themselves, bound to their object key.
+
+        ``True`` lets a stored-object frame skip its checksum (a damaged or moved object fails
+        ``deserialize`` anyway). Default ``False``.
+        """
+        return False
 
     def serializer_group_size(self) -> int | None:
         """Group arity of a multi serde; ``None`` for a single-tensor serde."""
         return None
 
     def deserializer_group_size(self) -> int | None:
+        """Group arity of a multi deserializer; ``None`` for a single-tensor serde."""
         return None
 
     def input_slot_mapping(self) -> tuple[int | None, ...] | None:
-        """Parent object-group index feeding each serialize slot (``None`` = absent slot)."""
+        """Parent object-group index feeding each serialize slot (``None`` = absent slot);
+        ``None`` for a single-tensor serde."""
         return None
 
     def output_slot_mapping(self) -> tuple[int | None, ...] | None:
+        """Parent object-group index each deserialize slot restores (``None`` = a slot not
+        restored); ``None`` for a single-tensor serde."""
         return None
 
 

@@ -71,20 +71,10 @@ class CompletionQueue(Generic[ResultT]):
             done, self._done = self._done, {}
         return done
 
-    def pending_results(self) -> int:
-        """How many finished results wait to be taken."""
-        with self._lock:
-            return len(self._done)
-
     def fileno(self) -> int:
         if self._notifier is None:
             raise RuntimeError("completion queue is closed")
         return self._notifier.fileno()
-
-    def consume_signal(self) -> None:
-        """Clear the fd's readable state (results stay until popped)."""
-        if self._notifier is not None:
-            self._notifier.consume()
 
     @property
     def closed(self) -> bool:

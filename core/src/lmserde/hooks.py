@@ -2,8 +2,17 @@
 
 Hook plugins are discovered from the entry-point group ``lmserde.hooks`` with the same failure
 isolation as serdes: a plugin that fails to import is recorded (and listed by
-``lmserde plugins``), never raised into the host. Plugins may add their own hookspecs with
+``lmserde plugins``), never raised into the host. Hook implementations are called one by one
+(:func:`call_hookimpls`): one that raises anything is logged naming its plugin and ignored, and
+the others still run. Plugins may add their own hookspecs with
 ``get_plugin_manager().add_hookspecs(...)`` (the aesgcm plugin adds a key-provider hook).
+
+Hook plugins are loaded once per process, off the data path: by the first
+:func:`get_plugin_manager` / :func:`load_hook_plugins` call, which every
+:class:`~lmserde.AsyncSerdeProcessor` and serde wrapper makes when it is constructed. Emitting an
+event (:func:`emit_serde_task_event`, :func:`emit_wrapper_task_event`, called on worker and poll
+threads) never scans entry points or imports anything: it delivers to the plugins loaded by then.
+A hook plugin's entry point should name a module that imports only what its hooks need.
 """
 
 from __future__ import annotations
@@ -11,10 +20,12 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.observability import SerdeTaskEvent, WrapperTaskEvent
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 
@@ -25,10 +36,13 @@ __all__ = [
     "hookimpl",
     "CoreHookSpecs",
     "get_plugin_manager",
+    "load_hook_plugins",
     "hook_plugin_records",
     "emit_serde_task_event",
     "emit_wrapper_task_event",
     "reset_plugin_manager",
+    "call_hookimpls",
+    "HookImplResult",
 ]
 
 PROJECT_NAME = "lmserde"
@@ -66,7 +80,12 @@ _pm_lock = threading.Lock()
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, with hook plugins from ``lmserde.hooks`` registered."""
+    """The process-wide plugin manager, with hook plugins from ``lmserde.hooks`` registered.
+
+    The first call scans the entry-point group and imports every enabled hook plugin (each
+    failure is recorded and logged, never raised); later calls return the same manager without
+    scanning again. Thread-safe.
+    """
     global _pm
     with _pm_lock:
         if _pm is None:
@@ -78,6 +97,16 @@ def get_plugin_manager() -> pluggy.PluginManager:
         return _pm
 
 
+def load_hook_plugins() -> None:
+    """Load the hook plugins now (once per process), so that later events never trigger it.
+
+    Called by :class:`~lmserde.AsyncSerdeProcessor` and the serde wrapper when they are built.
+    Cheap after the first call. Never raises for a plugin's sake: a plugin that fails is recorded.
+    """
+    if _pm is None:
+        get_plugin_manager()
+
+
 def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> None:
     if record.disabled:
         return
@@ -86,10 +115,12 @@ def _register_hook_plugin(pm: pluggy.PluginManager, record: PluginRecord) -> Non
         pm.register(plugin, name=f"{record.distribution}:{record.name}")
     except PluginLoadError as exc:
         _log.warning("%s", exc)
-    except Exception as exc:
+    except BaseException as exc:  # registering runs plugin code too
+        if must_propagate(exc):
+            raise
         record.error = exc
         _log.warning("hook plugin '%s' (%s) failed to register: %s", record.name,
-                     record.describe_origin(), exc)
+                     record.describe_origin(), describe_exception(exc))
 
 
 def hook_plugin_records() -> list[PluginRecord]:
@@ -106,22 +137,77 @@ def reset_plugin_manager() -> None:
         _hook_group.rescan()
 
 
-def _call_safely(hook_name: str, **kwargs: Any) -> None:
-    pm = get_plugin_manager()
-    hook = getattr(pm.hook, hook_name)
-    if not hook.get_hookimpls():
+@dataclass(frozen=True)
+class HookImplResult:
+    """What one hook implementation did: its ``value``, or the ``error`` it raised."""
+
+    plugin_name: str
+    value: Any = None
+    error: BaseException | None = None
+
+
+def call_hookimpls(
+    hook_name: str, /, *, firstresult: bool = False, **kwargs: Any
+) -> list[HookImplResult]:
+    """Call every implementation of ``hook_name`` separately, each one contained.
+
+    Implementations run in pluggy's order (the last registered first), each with the arguments
+    it names from ``kwargs``. One that raises anything (``SystemExit`` and every other
+    ``BaseException``; only a ``KeyboardInterrupt`` on the main thread propagates) is logged
+    naming its plugin and recorded in its result; the other implementations still run (pluggy
+    itself stops at the first one that raises). With ``firstresult`` the calls stop at
+    the first implementation that returns something other than ``None``. Hook wrappers are not
+    called. An unknown hook name gives ``[]``.
+    """
+    return _call_impls(get_plugin_manager(), hook_name, firstresult, kwargs)
+
+
+def _call_impls(
+    pm: pluggy.PluginManager, hook_name: str, firstresult: bool, kwargs: dict[str, Any]
+) -> list[HookImplResult]:
+    hook = getattr(pm.hook, hook_name, None)
+    if hook is None:
+        return []
+    results: list[HookImplResult] = []
+    for impl in reversed(hook.get_hookimpls()):
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            continue
+        try:
+            value = impl.function(*[kwargs[name] for name in impl.argnames])
+        except BaseException as exc:  # plugin code
+            if must_propagate(exc):
+                raise
+            _log.error("hook %s of plugin %r raised %s; ignored", hook_name, impl.plugin_name,
+                       describe_exception(exc), exc_info=exc)
+            results.append(HookImplResult(impl.plugin_name, error=exc))
+            continue
+        results.append(HookImplResult(impl.plugin_name, value=value))
+        if firstresult and value is not None:
+            break
+    return results
+
+
+def _emit(hook_name: str, **kwargs: Any) -> None:
+    """Deliver an event to the hook plugins already loaded; never loads any, never raises."""
+    pm = _pm  # one read of the reference: no lock, no discovery on the data path
+    if pm is None:  # nothing loaded yet (only after reset_plugin_manager), so no one to tell
         return
     try:
-        hook(**kwargs)
-    except Exception:
-        _log.exception("hook %s raised; ignored", hook_name)
+        _call_impls(pm, hook_name, False, kwargs)
+    except Exception:  # the plugin manager itself failed; never break the caller
+        _log.exception("hook %s could not be called; ignored", hook_name)
 
 
 def emit_serde_task_event(event: SerdeTaskEvent) -> None:
-    """Deliver a processor event to every hook implementation; failures are logged, not raised."""
-    _call_safely("lmserde_serde_task_finished", event=event)
+    """Deliver a processor event to every loaded hook implementation; never raises.
+
+    Each implementation is called on its own (:func:`call_hookimpls`): one that raises (any
+    ``BaseException`` but a main-thread ``KeyboardInterrupt``) is logged and the others still
+    run. Runs on the processor's worker thread; never loads hook plugins.
+    """
+    _emit("lmserde_serde_task_finished", event=event)
 
 
 def emit_wrapper_task_event(event: WrapperTaskEvent) -> None:
-    """Deliver a wrapper event to every hook implementation; failures are logged, not raised."""
-    _call_safely("lmserde_wrapper_task_finished", event=event)
+    """Deliver a wrapper event like :func:`emit_serde_task_event` (never loads, never raises)."""
+    _emit("lmserde_wrapper_task_finished", event=event)

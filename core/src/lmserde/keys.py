@@ -73,11 +73,6 @@ class ObjectKey:
         """Encode a non-negative integer as an 8-byte big-endian chunk hash (for tests and tools)."""
         return int(value).to_bytes(8, "big", signed=False)
 
-    @property
-    def chunk_hash_hex(self) -> str:
-        """The chunk hash as lowercase hex."""
-        return self.chunk_hash.hex()
-
 
 def make_temp_key(original: ObjectKey) -> ObjectKey:
     """Return a fresh key for a temporary buffer of ``original``.

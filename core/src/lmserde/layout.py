@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "MemoryLayoutDesc",
     "serialized_layout_desc",
     "group_nbytes",
-    "layout_nbytes",
-    "layout_numel",
 ]
 
 
@@ -97,16 +92,6 @@ class MemoryLayoutDesc:
 def group_nbytes(shape: Iterable[int], dtype: torch.dtype) -> int:
     """Bytes of one dense group of ``shape`` and ``dtype``."""
     return math.prod(shape) * dtype.itemsize
-
-
-def layout_nbytes(layout: MemoryLayoutDesc) -> int:
-    """Total bytes of ``layout`` (sum over groups)."""
-    return layout.nbytes
-
-
-def layout_numel(layout: MemoryLayoutDesc) -> int:
-    """Total elements of ``layout`` (sum over groups)."""
-    return layout.numel
 
 
 class _SizeEstimator(Protocol):

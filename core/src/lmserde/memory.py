@@ -216,10 +216,6 @@ class TensorMemoryObj(MemoryObj):
         return self._raw
 
     @property
-    def is_narrowed(self) -> bool:
-        return self._used_size is not None
-
-    @property
     def tensor(self) -> torch.Tensor:
         if self._used_size is not None:
             return self._raw[: self._used_size]

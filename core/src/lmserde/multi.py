@@ -56,11 +56,15 @@ class MultiSerializer(ABC):
 
     Implementations document ``group_size``, what each slot means and which slots may be ``None``;
     ``estimate_serialized_size`` must accept ``None`` for optional slots.
+    ``authenticates_output`` has the meaning documented on :class:`~lmserde.Serializer`.
     """
+
+    authenticates_output: bool = False
 
     @property
     @abstractmethod
-    def group_size(self) -> int: ...
+    def group_size(self) -> int:
+        """Number of slots of every source group (a positive ``int``, constant per instance)."""
 
     @property
     def input_slot_mapping(self) -> tuple[int | None, ...]:
@@ -68,10 +72,15 @@ class MultiSerializer(ABC):
         return tuple(range(check_group_size(self.group_size, owner=type(self).__name__)))
 
     @abstractmethod
-    def serialize(self, src: MemoryObjGroup, dst: MemoryObj, key: ObjectKey) -> int: ...
+    def serialize(self, src: MemoryObjGroup, dst: MemoryObj, key: ObjectKey) -> int:
+        """Write the serialized form of the slots ``src`` (``None`` = absent) into ``dst``;
+        return the bytes written. Contract, ownership and threading as
+        :meth:`lmserde.Serializer.serialize`."""
 
     @abstractmethod
-    def estimate_serialized_size(self, layout_descs: LayoutDescGroup) -> int: ...
+    def estimate_serialized_size(self, layout_descs: LayoutDescGroup) -> int:
+        """An upper bound on ``serialize``'s output for slots of these layouts (``None`` for an
+        absent slot). Depends on the layouts only; thread-safe."""
 
 
 class MultiDeserializer(ABC):
@@ -79,14 +88,18 @@ class MultiDeserializer(ABC):
 
     @property
     @abstractmethod
-    def group_size(self) -> int: ...
+    def group_size(self) -> int:
+        """Number of slots of every destination group (a positive ``int``, constant)."""
 
     @property
     def output_slot_mapping(self) -> tuple[int | None, ...]:
+        """Parent object-group index each slot restores; identity by default."""
         return tuple(range(check_group_size(self.group_size, owner=type(self).__name__)))
 
     @abstractmethod
-    def deserialize(self, src: MemoryObj, dst: MemoryObjGroup, key: ObjectKey) -> None: ...
+    def deserialize(self, src: MemoryObj, dst: MemoryObjGroup, key: ObjectKey) -> None:
+        """Decode ``src`` into the slots ``dst``; a ``None`` slot is never touched. Contract,
+        ownership and threading as :meth:`lmserde.Deserializer.deserialize`."""
 
 
 class _SingleAsMultiSerializer(MultiSerializer):

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SerdeOption", "validate_options", "max_workers_option", "coerce_int"]
+__all__ = [
+    "SerdeOption",
+    "validate_options",
+    "max_workers_option",
+    "coerce_int",
+    "MAX_WORKERS_LIMIT",
+]
 
 _MISSING: Any = object()
+_log = logging.getLogger(__name__)
 
 
 def coerce_int(value: Any, *, name: str) -> int:
@@ -76,7 +85,18 @@ class SerdeOption:
     ``type`` is ``int``, ``float``, ``bool``, ``str`` or ``object`` (passed through). Numbers from
     YAML/JSON are accepted where the meaning is clear (``"2"`` and ``2.0`` for an int). ``choices``
     restricts the value; ``check`` may raise ``ValueError`` for anything else that is invalid;
-    ``minimum`` bounds numbers from below. ``required`` options have no default.
+    ``minimum`` and ``maximum`` bound numbers (inclusive). A ``float`` option rejects NaN and
+    +-infinity unless ``allow_nonfinite`` is set. ``required`` options have no default.
+
+    ``identity`` says whether the option changes the bytes written: ``True`` (default) for
+    options such as a dtype or a preset, ``False`` for options that do not (``max_workers``,
+    thread counts, where a key file lives). Identity options make up
+    :meth:`~lmserde.SerdeProcessor.get_config`, which stored objects record to tell what wrote
+    them.
+
+    ``deprecated_names`` are former names of the option still accepted in configs: the value is
+    used under ``name`` and a warning is logged once per serde and old name; giving both names
+    is an error.
     """
 
     name: str
@@ -87,6 +107,10 @@ class SerdeOption:
     minimum: float | None = None
     required: bool = False
     check: Callable[[Any], None] | None = None
+    maximum: float | None = None
+    allow_nonfinite: bool = False
+    identity: bool = True
+    deprecated_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in _COERCERS and self.type is not object:
@@ -101,8 +125,13 @@ class SerdeOption:
         if self.choices is not None and converted not in self.choices:
             allowed = ", ".join(repr(c) for c in self.choices)
             raise ValueError(f"option '{self.name}' must be one of {allowed}; got {value!r}")
-        if self.minimum is not None and converted < self.minimum:
+        if (self.type is float and not self.allow_nonfinite and isinstance(converted, float)
+                and not math.isfinite(converted)):
+            raise ValueError(f"option '{self.name}' must be a finite number, got {value!r}")
+        if self.minimum is not None and not converted >= self.minimum:
             raise ValueError(f"option '{self.name}' must be >= {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and not converted <= self.maximum:
+            raise ValueError(f"option '{self.name}' must be <= {self.maximum:g}, got {value!r}")
         if self.check is not None:
             self.check(converted)
         return converted
@@ -113,14 +142,23 @@ class SerdeOption:
         return self.type.__name__
 
 
+#: Upper bound of :func:`max_workers_option` (threads of one processor).
+MAX_WORKERS_LIMIT = 256
+
+
 def max_workers_option(default: int = 1) -> SerdeOption:
-    """The standard ``max_workers`` option: worker threads of the async processor."""
+    """The standard ``max_workers`` option: worker threads of the async processor.
+
+    Bounded to ``[1, MAX_WORKERS_LIMIT]``; not an identity option (threads do not change bytes).
+    """
     return SerdeOption(
         "max_workers",
         int,
         default,
         "worker threads of the asynchronous processor (tasks run concurrently, items in order)",
         minimum=1,
+        maximum=MAX_WORKERS_LIMIT,
+        identity=False,
     )
 
 
@@ -134,6 +172,7 @@ def validate_options(
     ``kind`` names what is configured in messages (``"serde"``, ``"L2 adapter"``).
     """
     by_name = {o.name: o for o in options}
+    kwargs = _rename_deprecated(serde_type, options, kwargs, kind)
     unknown = [k for k in kwargs if k not in by_name]
     if unknown:
         key = unknown[0]
@@ -154,4 +193,34 @@ def validate_options(
             raise ValueError(f"{kind} '{serde_type}' requires option '{option.name}' ({option.help})")
         else:
             result[option.name] = option.default
+    return result
+
+
+_warned_deprecated: set[tuple[str, str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _rename_deprecated(
+    serde_type: str, options: Sequence[SerdeOption], kwargs: Mapping[str, Any], kind: str,
+) -> Mapping[str, Any]:
+    """``kwargs`` with deprecated option names replaced by the current ones."""
+    renames = {old: o.name for o in options for old in o.deprecated_names}
+    if not any(k in renames for k in kwargs):
+        return kwargs
+    result = dict(kwargs)
+    for old, new in renames.items():
+        if old not in result:
+            continue
+        if new in result:
+            raise ValueError(
+                f"{kind} '{serde_type}': options '{old}' (deprecated) and '{new}' are the same "
+                f"option; give only '{new}'"
+            )
+        result[new] = result.pop(old)
+        with _warned_lock:
+            first = (kind, serde_type, old) not in _warned_deprecated
+            _warned_deprecated.add((kind, serde_type, old))
+        if first:
+            _log.warning("%s '%s': option '%s' is deprecated; use '%s'", kind, serde_type, old,
+                         new)
     return result

@@ -3,7 +3,9 @@
 Metadata is scanned once, lazily; a plugin module is imported only when it is loaded. The same
 entry point seen twice (duplicated install metadata) counts once; two different distributions
 claiming one name is a conflict reported with both. ``LMSERDE_DISABLE_PLUGINS=a,b`` skips entry
-points by name or by distribution name.
+points by name or by distribution name. A plugin whose distribution requires a different core
+(``Requires-Dist: lmserde ...``, see :mod:`lmserde.compat`) is listed as ``incompatible`` and
+refuses to load, without being imported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import threading
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
+
+from lmserde.compat import incompatibility
+from lmserde.containment import describe_exception, must_propagate
 
 __all__ = ["PluginRecord", "PluginLoadError", "EntryPointGroup", "disabled_plugin_names"]
 
@@ -49,6 +54,8 @@ class PluginRecord:
     conflict_with: list[str] = field(default_factory=list)
     loaded: Any = None
     error: BaseException | None = None
+    #: Why this plugin's distribution cannot run on this core (``None``: compatible).
+    incompatible: str | None = None
 
     @property
     def status(self) -> str:
@@ -56,6 +63,8 @@ class PluginRecord:
             return "disabled"
         if self.conflict_with:
             return "conflict"
+        if self.incompatible:
+            return "incompatible"
         if self.error is not None:
             return "failed"
         if self.loaded is not None:
@@ -66,7 +75,12 @@ class PluginRecord:
         return f"{self.distribution} {self.version}".strip()
 
     def load(self) -> Any:
-        """Import the entry point's object once; failures raise :class:`PluginLoadError`."""
+        """Import the entry point's object once; failures raise :class:`PluginLoadError`.
+
+        Whatever the import raises is contained (``SystemExit`` included; only a
+        ``KeyboardInterrupt`` on the main thread propagates), recorded as the plugin's error and
+        reported naming the plugin, its distribution and version.
+        """
         if self.disabled:
             raise PluginLoadError(
                 f"plugin '{self.name}' ({self.describe_origin()}) is disabled by {DISABLE_ENV}"
@@ -83,16 +97,19 @@ class PluginRecord:
             raise self._wrap(self.error) from self.error
         assert self.entry_point is not None
         try:
-            self.loaded = self.entry_point.load()
-        except Exception as exc:
+            loaded = self.entry_point.load()
+        except BaseException as exc:  # an import may raise SystemExit and worse
+            if must_propagate(exc):
+                raise
             self.error = exc
             raise self._wrap(exc) from exc
+        self.loaded = loaded
         return self.loaded
 
     def _wrap(self, exc: BaseException) -> PluginLoadError:
         return PluginLoadError(
             f"plugin '{self.name}' from distribution {self.describe_origin()} failed to load "
-            f"({self.value}): {type(exc).__name__}: {exc}"
+            f"({self.value}): {describe_exception(exc)}"
         )
 
 
@@ -137,6 +154,7 @@ class EntryPointGroup:
                 if _normalize(existing.distribution) != _normalize(dist_name):
                     existing.conflict_with.append(f"{dist_name} {version}".strip())
                 continue
+            reason = incompatibility(dist)
             found[ep.name] = PluginRecord(
                 group=self.group,
                 name=ep.name,
@@ -146,5 +164,8 @@ class EntryPointGroup:
                 summary=summary,
                 entry_point=ep,
                 disabled=_normalize(ep.name) in disabled or _normalize(dist_name) in disabled,
+                incompatible=reason,
+                # load() raises this without importing anything
+                error=PluginLoadError(reason) if reason else None,
             )
         return found

@@ -12,7 +12,8 @@ from typing import Any
 
 from lmserde.base import Deserializer, SerdeProcessor, SerdeTaskId, Serializer
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
-from lmserde.hooks import emit_serde_task_event
+from lmserde.containment import describe_exception
+from lmserde.hooks import emit_serde_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.memory import as_byte_tensor
 from lmserde.multi import (
@@ -25,7 +26,8 @@ from lmserde.multi import (
 from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
 
-__all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics"]
+__all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
+           "check_serialized_size", "scrub_destination"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,8 +71,48 @@ def _logical_size(obj: Any) -> int:
         return 0
 
 
-def _scrub(dst: Any) -> None:
-    """Zero a destination whose deserialize failed, so no partial data survives."""
+class _ItemNeverRan(RuntimeError):
+    """Placeholder error of an item the worker never reached (replaced when the item runs)."""
+
+
+class SerializedSizeError(ValueError):
+    """A serializer returned something other than a byte count within its destination."""
+
+
+def _capacity(dst: Any) -> int | None:
+    """Bytes a serialize destination can hold (``None`` when it cannot be told)."""
+    if dst is None or isinstance(dst, tuple):
+        return None
+    if not callable(getattr(dst, "get_size", None)) and getattr(dst, "tensor", None) is None:
+        return None
+    try:
+        return item_size(dst)
+    except Exception:
+        return None
+
+
+def check_serialized_size(serde_type: str, n: Any, capacity: int | None) -> int:
+    """``n`` if it is a valid byte count for a destination of ``capacity`` bytes."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise SerializedSizeError(
+            f"serde {serde_type}: serialize returned {type(n).__name__} {n!r}; it must return the "
+            "number of bytes written (an int)"
+        )
+    if n < 0:
+        raise SerializedSizeError(
+            f"serde {serde_type}: serialize returned {n}, a negative byte count"
+        )
+    if capacity is not None and n > capacity:
+        raise SerializedSizeError(
+            f"serde {serde_type}: serialize returned {n} bytes, more than its destination holds "
+            f"({capacity} bytes)"
+        )
+    return int(n)
+
+
+def scrub_destination(dst: Any) -> None:
+    """Zero a deserialize destination (an object, a slot view or a tuple of them) whose data must
+    not be used, so no partial data survives; best effort, never raises."""
     for obj in dst if isinstance(dst, tuple) else (dst,):
         if obj is None:
             continue
@@ -81,7 +123,7 @@ def _scrub(dst: Any) -> None:
                 as_byte_tensor(obj).zero_()
             elif getattr(obj, "tensor", None) is not None:
                 obj.tensor.zero_()
-        except Exception:
+        except BaseException:  # best effort on a worker thread
             _log.debug("could not scrub destination %r", obj, exc_info=True)
 
 
@@ -90,9 +132,14 @@ class AsyncSerdeProcessor(SerdeProcessor):
 
     One pool (``max_workers``, default 1) serves both directions; task ids are unique across both.
     The items of one task run in order on one worker; separate tasks run concurrently. A serialize
-    item whose ``serialize`` returns an int narrows its destination with ``set_used_size(n)`` when
-    the destination has that method. Any exception fails its item (logged with the serde type) and
-    therefore the task; the other items still run, and a failed deserialize destination is zeroed.
+    item's ``serialize`` must return the bytes written: a non-negative ``int`` (a ``bool`` is not
+    one) no larger than the destination; the destination is then narrowed with
+    ``set_used_size(n)`` when it has that method, and any other return fails the item
+    (:class:`SerializedSizeError`, naming the serde) with nothing narrowed. Anything the serde
+    raises — any ``BaseException``, ``SystemExit`` and ``asyncio.CancelledError`` included — fails
+    its item (logged with the serde type) and therefore the task; the other items still run, a
+    failed deserialize destination is zeroed, and the worker thread survives. A task is ``ok``
+    only when every item returned normally.
     ``query_*_outcome`` gives per-item outcomes; ``query_*_result`` the upstream bool. Both take the
     result (exactly once). Multi serdes work the same way with tuples as items.
     """
@@ -124,6 +171,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
         self._metrics_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._closed = False
+        load_hook_plugins()  # here, not on a worker thread when the first event is emitted
 
     # -- accessors ------------------------------------------------------------------------------
 
@@ -163,6 +211,10 @@ class AsyncSerdeProcessor(SerdeProcessor):
     def output_slot_mapping(self) -> tuple[int | None, ...] | None:
         d = self._deserializer
         return tuple(d.output_slot_mapping) if isinstance(d, MultiDeserializer) else None
+
+    def authenticates_output(self) -> bool:
+        """The serializer's ``authenticates_output`` attribute (``False`` when it has none)."""
+        return bool(getattr(self._serializer, "authenticates_output", False))
 
     def metrics(self) -> dict[str, ProcessorMetrics]:
         """A snapshot of the per-direction totals."""
@@ -216,8 +268,17 @@ class AsyncSerdeProcessor(SerdeProcessor):
     def _run_task(
         self, direction: str, task_id: int, srcs: list[Any], dsts: list[Any], keys: list[Any]
     ) -> None:
+        """Run every item of one task and complete it; never raises, whatever the serde raises.
+
+        The per-item error list starts with every item marked "never ran", so an item that was
+        not reached (whatever stopped the loop) counts as failed: ``ok`` means every item
+        returned normally.
+        """
         start = time.perf_counter()
-        errors: list[BaseException | None] = []
+        count = max(len(srcs), len(dsts), len(keys), 1)
+        never_ran = _ItemNeverRan(
+            f"serde {self.serde_type}: {direction} task {task_id}: the item never ran")
+        errors: list[BaseException | None] = [never_ran] * count
         bytes_in = bytes_out = 0
         try:
             if not (len(srcs) == len(dsts) == len(keys)):
@@ -225,38 +286,50 @@ class AsyncSerdeProcessor(SerdeProcessor):
                     f"{direction} task {task_id}: {len(srcs)} sources, {len(dsts)} destinations "
                     f"and {len(keys)} keys must be aligned"
                 )
-            for src, dst, key in zip(srcs, dsts, keys):
+            if not srcs:
+                errors = []
+            for i, (src, dst, key) in enumerate(zip(srcs, dsts, keys)):
                 error = self._run_item(direction, src, dst, key)
-                errors.append(error)
+                errors[i] = error
                 if error is None:
                     bytes_in += _logical_size(src)
                     bytes_out += _logical_size(dst)
-        except Exception as exc:
-            _log.error("serde %s: %s task %d failed: %s: %s", self.serde_type, direction, task_id,
-                       type(exc).__name__, exc)
-            errors = [exc] * max(len(srcs), len(dsts), len(keys), 1)
+        except BaseException as exc:  # a worker thread contains everything
+            _log.error("serde %s: %s task %d failed: %s", self.serde_type, direction, task_id,
+                       describe_exception(exc))
+            errors = [exc if e is never_ran else e for e in errors]
         finally:
             seconds = time.perf_counter() - start
             outcome = TaskOutcome(ok=all(e is None for e in errors), item_errors=tuple(errors))
             try:
                 self._record(direction, task_id, outcome, bytes_in, bytes_out, seconds)
+            except BaseException:  # metrics/hooks never block completion
+                _log.exception("serde %s: recording %s task %d failed", self.serde_type,
+                               direction, task_id)
             finally:
                 self._queues[direction].complete(task_id, outcome)
 
     def _run_item(self, direction: str, src: Any, dst: Any, key: Any) -> BaseException | None:
-        """Run one item; its exception (if any) is returned, logged, and a failed destination zeroed."""
+        """Run one item; its exception (if any) is returned, logged, and a failed destination zeroed.
+
+        Any ``BaseException`` counts (this runs on a worker thread). A serialize item must return
+        a non-negative ``int`` (not a ``bool``) no larger than the destination's size; anything
+        else fails the item and nothing is narrowed.
+        """
         try:
             if direction == SERIALIZE:
+                capacity = _capacity(dst)
                 n = self._serializer.serialize(src, dst, key)
-                if isinstance(n, int) and hasattr(dst, "set_used_size"):
+                n = check_serialized_size(self.serde_type, n, capacity)
+                if hasattr(dst, "set_used_size"):
                     dst.set_used_size(n)
             else:
                 self._deserializer.deserialize(src, dst, key)
-        except Exception as exc:
-            _log.warning("serde %s: %s of item for key %r failed: %s: %s", self.serde_type,
-                         direction, getattr(key, "chunk_hash", key), type(exc).__name__, exc)
+        except BaseException as exc:  # plugin code on a worker thread
+            _log.warning("serde %s: %s of item for key %r failed: %s", self.serde_type,
+                         direction, getattr(key, "chunk_hash", key), describe_exception(exc))
             if direction == DESERIALIZE:
-                _scrub(dst)
+                scrub_destination(dst)
             return exc
         return None
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 from lmserde.spec import SerdeFactory, SerdeSizeContract, SerdeSpec
 
@@ -60,6 +61,9 @@ class SerdeInfo:
     error: str | None = None
     size_contract: str | None = None
     lossy: bool | None = None
+    #: :meth:`SerdeSpec.describe_native` when the plugin was loaded (``None`` otherwise, and for
+    #: serdes without native code).
+    native: dict[str, Any] | None = None
 
 
 def register_serde_factory(
@@ -120,7 +124,10 @@ def _unknown_type_error(serde_type: str) -> ValueError:
     if record is not None and record.disabled:
         message += f" ('{serde_type}' is installed but disabled by LMSERDE_DISABLE_PLUGINS)"
     elif serde_type in _KNOWN_DISTRIBUTIONS:
-        message += f". Install it with: pip install {_KNOWN_DISTRIBUTIONS[serde_type]}"
+        dist = _KNOWN_DISTRIBUTIONS[serde_type]
+        message += (f". Install it with: pip install --find-links DIR {dist} (DIR: wheels built by "
+                    f"`nox -s build` in the lmserde repository), or pip install ./plugins/<dir> "
+                    "from a checkout")
     return ValueError(message)
 
 
@@ -170,7 +177,11 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
 
     ``config`` is a :class:`SerdeConfig` or a dict with ``type`` and the options. Declared options
     are validated first (``ValueError`` naming an unknown option and the accepted ones); a factory
-    that raises is reported naming the plugin, its distribution and version, exception chained.
+    that raises anything (``SystemExit`` and every other ``BaseException``; only a
+    ``KeyboardInterrupt`` on the main thread propagates) is reported as a
+    :class:`PluginLoadError` naming the plugin, its distribution and version, exception chained.
+    The processor gets its identity config (:meth:`~lmserde.SerdeProcessor.get_config`):
+    type, the spec's ``format_version`` and the identity options.
     """
     if isinstance(config, Mapping):
         if "type" not in config or not isinstance(config["type"], str):
@@ -182,12 +193,31 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
     spec = get_serde_spec(serde_type)
     validated = spec.validate(serde_type, kwargs)
     try:
-        return spec.factory(validated)
-    except Exception as exc:
+        processor = spec.factory(validated)
+    except BaseException as exc:  # plugin code: SystemExit etc. are contained too
+        if must_propagate(exc):
+            raise
         raise PluginLoadError(
             f"serde '{serde_type}' ({_origin(serde_type)}) failed to build: "
-            f"{type(exc).__name__}: {exc}"
+            f"{describe_exception(exc)}"
         ) from exc
+    _attach_config(processor, serde_type, spec, validated)
+    return processor
+
+
+def _attach_config(
+    processor: Any, serde_type: str, spec: SerdeSpec, validated: Mapping[str, Any]
+) -> None:
+    """Give ``processor`` its identity config (closing it if that fails)."""
+    from lmserde.base import SerdeProcessor
+
+    if not isinstance(processor, SerdeProcessor):
+        return  # a duck-typed upstream processor: it has no get_config to answer with
+    try:
+        processor.set_config(spec.identity_config(serde_type, validated))
+    except BaseException:
+        processor.close()
+        raise
 
 
 def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
@@ -201,6 +231,7 @@ def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
         programmatic = dict(_programmatic)
     for record in records:
         description, error, contract, lossy = record.summary, None, None, None
+        native: dict[str, Any] | None = None
         if record.conflict_with:
             error = "also claimed by " + ", ".join(record.conflict_with)
         elif load and not record.disabled:
@@ -208,13 +239,14 @@ def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
                 spec = get_serde_spec(record.name)
                 description = spec.description or description
                 contract, lossy = spec.size_contract.value, spec.lossy
+                native = spec.describe_native()
             except Exception as exc:
                 error = f"{type(exc.__cause__ or exc).__name__}: {exc.__cause__ or exc}"
         elif record.error is not None:
             error = f"{type(record.error).__name__}: {record.error}"
         infos.append(SerdeInfo(record.name, record.distribution, record.version, record.status,
-                               description, error, contract, lossy))
+                               description, error, contract, lossy, native))
     for name, spec in programmatic.items():
         infos.append(SerdeInfo(name, "(programmatic)", "", "registered", spec.description, None,
-                               spec.size_contract.value, spec.lossy))
+                               spec.size_contract.value, spec.lossy, spec.describe_native()))
     return infos

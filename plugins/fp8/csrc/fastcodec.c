@@ -26,7 +26,7 @@
 #error "fp8 kernels need single-precision float evaluation (FLT_EVAL_METHOD == 0)"
 #endif
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(LMSERDE_FP8_PORTABLE_ONLY)
+#if defined(__GNUC__) && defined(__x86_64__)
 #define FP8_HAVE_AVX2 1
 #include <immintrin.h>
 #define AVX2_FN __attribute__((target("avx2,f16c")))

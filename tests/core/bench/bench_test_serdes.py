@@ -1,7 +1,7 @@
 """Small serdes the bench tests register programmatically (no plugin needed).
 
 * ``bench_kvgroups``: a two-slot multi serde (K group, V group) storing both bit-exactly;
-* ``bench_vonly``: its K slot is absent (input slot mapping ``(None, 1)``), like a split-tier serde;
+* ``bench_vonly``: a split-tier serde: its K slot is absent (slot mapping ``(None, 1)``), V exact;
 * ``bench_halfbyte``: lossy, stores the high byte of each 2-byte element (ratio 2);
 * ``bench_upper``: exact values, UPPER_BOUND size contract (4-byte length header, generous estimate);
 * ``bench_warns``: identity whose serialize emits a ``UserWarning``;
@@ -69,17 +69,26 @@ class KVGroupsDeserializer(MultiDeserializer):
 
 
 class VOnlySerializer(KVGroupsSerializer):
-    """A split-tier style serde: the K slot is absent."""
+    """A split-tier serde: the K slot is absent; V is stored bit-exactly."""
 
     @property
     def input_slot_mapping(self) -> tuple[int | None, ...]:
         return (None, 1)
+
+    def serialize(self, src: MemoryObjGroup, dst: MemoryObj, key: ObjectKey) -> int:
+        v = _group_bytes(src[1])
+        as_byte_tensor(dst)[: v.numel()].copy_(v)
+        return v.numel()
 
 
 class VOnlyDeserializer(KVGroupsDeserializer):
     @property
     def output_slot_mapping(self) -> tuple[int | None, ...]:
         return (None, 1)
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObjGroup, key: ObjectKey) -> None:
+        v = _group_bytes(dst[1])
+        v.copy_(as_byte_tensor(src)[: v.numel()])
 
 
 class HalfByteSerializer(Serializer):

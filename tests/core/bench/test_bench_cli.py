@@ -29,7 +29,7 @@ RESULT_FIELDS = {"label", "config", "status", "ok", "error", "lossy", "size_cont
                  "encode_gbps", "decode_gbps", "encode_ms_per_chunk", "decode_ms_per_chunk",
                  "codec_rounds",
                  "store_ms_p50", "load_ms_p50", "wrapper_stage_ms_p50", "quality", "acceptable",
-                 "break_even_gbps", "tier_load_ms", "warnings"}
+                 "break_even_gbps", "tier_load_ms", "warnings", "placement", "l1_bytes_per_chunk"}
 TENSOR_FIELDS = {"rel_mse", "cosine", "max_abs_err", "bit_exact", "nonfinite"}
 QUALITY_FIELDS = {"keys", "values", "overall", "attn_logit_rel_err", "attn_logit_max_abs_err",
                   "attn_weight_tv", "attn_weight_max_abs_err", "attn_output_rel_err",
@@ -237,15 +237,22 @@ def test_rich_progress_reports_each_phase() -> None:
     assert "identity" in text and "3/3" in text and "fp8" in text and "5/5" in text
 
 
-def test_split_tier_serde_is_skipped_with_a_reason(
+def test_split_tier_serde_runs_with_k_in_l1(
     bench_json: BenchJson, test_serdes: Callable[..., None]
 ) -> None:
+    """A V-only serde runs in split-tier placement: K stays in L1, V goes to L2, both are
+    reported, the round trip is exact (K from L1, V exact), and it is never recommended."""
     test_serdes("bench_vonly")
     report = bench_json("--serde", "bench_vonly", "--serde", "identity")
     row = _result(report, "bench_vonly")
-    assert row["status"] == "skipped" and not row["ok"]
-    assert "split-tier" in row["error"] and "(None, 1)" in row["error"]
-    assert _result(report, "identity")["ok"]
+    assert row["ok"] and row["placement"] == "kv_split_tier"
+    raw = report["source"]["chunk_bytes"]
+    assert row["l1_bytes_per_chunk"] == raw / 2
+    assert row["stored_bytes_per_chunk"] == raw / 2 + FRAME_HEADER_BYTES
+    assert row["quality"]["bit_exact"]
+    assert _result(report, "identity")["placement"] == "kv_together"
+    assert all(r["serde"] != "bench_vonly" for r in report["recommendations"])
+    assert any(n.startswith("bench_vonly: split-tier placement — keeps") for n in report["notes"])
 
 
 def test_chains_and_adapter_specs_run_through_the_wrapper(

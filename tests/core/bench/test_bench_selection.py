@@ -95,7 +95,7 @@ def test_labels() -> None:
     assert [s.label for s in serdes] == ["fp8", "fp8#2"]
 
 
-def test_defaults_expand_turboquant_presets_and_skip_split_tier_and_broken(
+def test_defaults_expand_turboquant_presets_run_split_tier_and_skip_broken(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     infos = [
@@ -116,10 +116,11 @@ def test_defaults_expand_turboquant_presets_and_skip_split_tier_and_broken(
     monkeypatch.setattr(serde_selection, "get_serde_spec", lambda name: specs.get(name, IDENTITY_SPEC))
     serdes, notes = default_serdes()
     assert [s.label for s in serdes] == ["identity", "fp8", "turboquant:k8v4", "turboquant:4bit_nc",
-                                         "turboquant:3bit_nc"]  # "tq4" is not asked for
+                                         "turboquant:3bit_nc",  # "tq4" is not asked for
+                                         "asym_k16_v8_v_only"]  # split-tier runs too
     assert serdes[2].config == {"type": "turboquant", "preset": "turboquant_k8v4"}
     assert all(s.default for s in serdes)
-    assert any(n.startswith("asym_k16_v8_v_only: not run by default: split-tier") for n in notes)
+    assert not any(n.startswith("asym_k16_v8_v_only") for n in notes)
     assert any(n.startswith("broken: not run (ImportError: no)") for n in notes)
 
 

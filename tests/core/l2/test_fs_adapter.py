@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from adapter_contract import LAYOUT, check_contract, key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
@@ -20,7 +19,10 @@ from lmserde.l2 import (
     store_sync,
     wait_for_store,
 )
-from lmserde.testing import random_object
+from lmserde.testing import L2AdapterConformance, adapter_key, random_object
+
+LAYOUT = L2AdapterConformance.layout
+key = adapter_key
 
 
 @pytest.fixture
@@ -34,8 +36,9 @@ def _bytes(n: int, fill: int = 7) -> TensorMemoryObj:
     return TensorMemoryObj.from_tensor(torch.full((n,), fill, dtype=torch.uint8))
 
 
-def test_contract(fs: FSL2Adapter) -> None:
-    check_contract(fs)
+class TestFSAdapterConformance(L2AdapterConformance):
+    def make_adapter(self, tmp_path: Path) -> FSL2Adapter:
+        return FSL2Adapter(tmp_path / "kv")
 
 
 def test_one_file_per_key_and_no_temporary_left(fs: FSL2Adapter) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from adapter_contract import key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lmserde import ObjectKey, TensorMemoryObj
@@ -21,6 +20,7 @@ from lmserde.l2.fs_names import (
     readable_name,
     sidecar_name,
 )
+from lmserde.testing import adapter_key as key
 
 KEYS = st.builds(
     ObjectKey,
@@ -156,7 +156,7 @@ def test_listing_by_model(tmp_path: Path) -> None:
         other = ObjectKey(b"\x01", "model/b", 0)
         store_sync(fs, [key(0), other, _long_key(1)], [_bytes(1), _bytes(2), _bytes(3)])
         assert fs.list_l2_keys(model_name="model/b") == [other]
-        assert fs.list_l2_keys("model/a") == [key(0)]
+        assert fs.list_l2_keys(key(0).model_name) == [key(0)]
         assert fs.report_status()["last_scan"]["objects"] == 1
     finally:
         fs.close()
@@ -171,3 +171,48 @@ def test_a_serde_wrapped_fs_lists_the_original_keys(tmp_path: Path) -> None:
         assert set(adapter.list_l2_keys()) == set(keys)
     finally:
         adapter.close()
+
+
+# -- naming: lmcache (LMCache 0.5.6's file names, for a directory shared with LMCache) --------
+
+
+def test_lmcache_names_follow_lmcache_0_5_6() -> None:
+    from lmserde.l2.fs_names import lmcache_file_name
+
+    plain = ObjectKey(b"\xab\xcd", "meta-llama/Llama-3-8B", 0x01010000, 2)
+    assert lmcache_file_name(plain) == "meta-llama-SEP-Llama-3-8B@0x01010000@2@abcd.data"
+    salted = ObjectKey(b"\x01", "m", 5, 0, "tenant-a")
+    assert lmcache_file_name(salted) == "m@0x00000005@0@01@tenant-a.data"
+    with pytest.raises(ValueError, match="-SEP-"):
+        lmcache_file_name(ObjectKey(b"\x01", "a-SEP-b", 0))
+
+
+@given(st.builds(ObjectKey, st.binary(min_size=1, max_size=32),
+                 st.text(st.characters(blacklist_characters="@\x00", codec="utf-8"), max_size=40),
+                 st.integers(0, 2**31 - 1), st.integers(0, 255),
+                 st.text(st.characters(blacklist_characters="@/\\\x00", codec="utf-8"),
+                         max_size=20)))
+def test_lmcache_names_round_trip(key: ObjectKey) -> None:
+    from lmserde.l2.fs_names import lmcache_file_name, parse_lmcache_name
+
+    try:
+        name = lmcache_file_name(key)
+    except ValueError:
+        return  # a model holding "-SEP-", or too long a name: refused, never a wrong file
+    assert "/" not in name and parse_lmcache_name(name) == key
+
+
+def test_fs_with_lmcache_naming_stores_lists_and_deletes(tmp_path: Path) -> None:
+    fs = FSL2Adapter(tmp_path, naming="lmcache")
+    try:
+        keys = [ObjectKey(b"\x07" * 8, "org/model", 0x01010000, 0, "t"), key(1)]
+        assert store_sync(fs, keys, [_bytes(4), _bytes(5)]).is_successful()
+        assert (tmp_path / "org-SEP-model@0x01010000@0@0707070707070707@t.data").stat().st_size == 4
+        assert set(fs.list_l2_keys()) == set(keys)
+        fs.delete(keys[:1])
+        assert fs.list_l2_keys() == keys[1:]
+        assert fs.naming == "lmcache"
+    finally:
+        fs.close()
+    with pytest.raises(ValueError, match="naming"):
+        FSL2Adapter(tmp_path, naming="posix")

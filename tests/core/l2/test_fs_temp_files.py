@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from adapter_contract import key
 from lmserde import TensorMemoryObj
 from lmserde.events import wait_on_fd
 from lmserde.l2 import FSL2Adapter, create_l2_adapter, load_sync, lookup_sync, store_sync
 from lmserde.l2.fs_temp_files import TempName, parse_temp_name, pid_domain, temp_file_prefix
+from lmserde.testing import adapter_key as key
 
 HOUR = 3600.0
 

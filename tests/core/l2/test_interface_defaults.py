@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from adapter_contract import key
 from lmserde import ObjectKey
 from lmserde.l2 import AdapterTaskQueues, Bitmap, L2AdapterInterface, L2StoreResult
+from lmserde.testing import adapter_key as key
 
 
 class Minimal(L2AdapterInterface):

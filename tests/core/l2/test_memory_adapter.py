@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from adapter_contract import LAYOUT, check_contract, key
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.l2 import L2StoreResult, MemoryL2Adapter, load_sync, lookup_sync, store_sync
-from lmserde.testing import random_object
+from lmserde.testing import L2AdapterConformance, adapter_key, random_object
+
+LAYOUT = L2AdapterConformance.layout
+key = adapter_key
 
 OBJ_BYTES = LAYOUT.nbytes  # 128
 
 
-def test_contract() -> None:
-    adapter = MemoryL2Adapter()
-    try:
-        check_contract(adapter)
-    finally:
-        adapter.close()
+class TestMemoryAdapterConformance(L2AdapterConformance):
+    def make_adapter(self, tmp_path: Path) -> MemoryL2Adapter:
+        return MemoryL2Adapter()
 
 
 def test_sizes_are_the_logical_sizes() -> None:

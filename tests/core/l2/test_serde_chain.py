@@ -108,21 +108,36 @@ def test_exact_stages_compose_without_framing() -> None:
         proc.close()
 
 
-def test_an_upper_bound_stage_is_framed_and_padded() -> None:
+def test_an_upper_bound_stage_before_a_byte_transform_hands_over_only_what_it_wrote() -> None:
+    """[compress, encrypt]-like: the EXACT stage sees the trimmed frame, so the saving is kept."""
     proc = _chain(("half", HalfSerializer(), HalfDeserializer(), UPPER),
                   ("xor", XorSerializer(), XorDeserializer(), EXACT))
     try:
-        assert proc.size_contract is EXACT  # the last stage's contract
-        size = FRAME_HEADER_BYTES + LAYOUT.nbytes + 1
-        assert proc.estimate_serialized_size(LAYOUT) == size
+        assert proc.size_contract is UPPER  # what "half" saves reaches the stored object
+        assert proc.estimate_serialized_size(LAYOUT) == FRAME_HEADER_BYTES + LAYOUT.nbytes + 1
         src = random_object(LAYOUT, 2)
         blob, out = _round_trip(proc, src)
-        assert blob.get_size() == size
-        frame = as_byte_tensor(blob)[1:] ^ 0x5A
-        assert int.from_bytes(bytes(frame[:8].tolist()), "little") == LAYOUT.nbytes // 2
-        assert int(frame[8 + LAYOUT.nbytes // 2:].count_nonzero()) == 0  # deterministic padding
         half = LAYOUT.nbytes // 2
+        assert blob.get_size() == FRAME_HEADER_BYTES + half + 1  # no padding stored
+        frame = as_byte_tensor(blob)[1:] ^ 0x5A
+        assert int.from_bytes(bytes(frame[:8].tolist()), "little") == half
         assert torch.equal(out.raw_data[:half], src.raw_data[:half])
+    finally:
+        proc.close()
+
+
+def test_an_upper_bound_stage_before_another_is_framed_and_padded() -> None:
+    proc = _chain(("half", HalfSerializer(), HalfDeserializer(), UPPER),
+                  ("half2", HalfSerializer(), HalfDeserializer(), UPPER))
+    try:
+        size = FRAME_HEADER_BYTES + LAYOUT.nbytes
+        src = random_object(LAYOUT, 3)
+        blob, out = _round_trip(proc, src)
+        assert blob.get_size() == size // 2  # half of the padded frame
+        frame = as_byte_tensor(blob)
+        assert int.from_bytes(bytes(frame[:8].tolist()), "little") == LAYOUT.nbytes // 2
+        quarter = size // 2 - FRAME_HEADER_BYTES
+        assert torch.equal(out.raw_data[:quarter], src.raw_data[:quarter])
     finally:
         proc.close()
 
@@ -154,7 +169,7 @@ def test_a_corrupt_frame_length_fails_that_item_only() -> None:
             select.select([proc.get_deserialize_event_fd()], [], [], 1.0)
             outcome = proc.query_deserialize_outcome(task)
         assert outcome.failed_items == (0,)
-        assert "exceeds the bound" in str(outcome.item_errors[0])
+        assert "corrupt frame after stage 'half'" in str(outcome.item_errors[0])
     finally:
         proc.close()
 

@@ -131,10 +131,16 @@ def test_another_key_config_or_layout_is_refused_by_reason() -> None:
         "layout"
 
 
-def test_missing_checksum_is_refused_by_a_reader_that_needs_one() -> None:
+def test_a_frame_without_checksum_is_read_by_the_same_configuration() -> None:
+    """An authenticating serde's frames carry no payload checksum; the flag is covered by the
+    header checksum, so clearing it is a format reject, not a skipped check."""
     stored = _sealed(b"data", checksum=False)
+    assert parse_header(stored).payload_checksum is None
     assert _open(stored, checksum=False) == b"data"
-    assert _reason(stored, checksum=True) == "checksum"
+    assert _open(stored, checksum=True) == b"data"
+    with_sum = bytearray(_sealed(b"data", checksum=True))
+    with_sum[5] &= ~0x01  # clear the checksum flag: the header checksum no longer matches
+    assert _reason(bytes(with_sum)) == "format"
 
 
 def test_foreign_bytes_are_format_rejects() -> None:
@@ -193,3 +199,20 @@ def test_parse_header_raises_only_frame_rejected(header: bytes) -> None:
         return
     # a random header passing its own 32-bit checksum is possible but must still parse cleanly
     assert struct.unpack_from("<4s", header)[0] == FRAME_MAGIC
+
+
+def test_long_payloads_are_checksummed_by_segments_as_documented() -> None:
+    import xxhash
+    from lmserde.l2.stored_frame import CHECKSUM_SEGMENT_BYTES, payload_checksum
+
+    seg = CHECKSUM_SEGMENT_BYTES
+    data = torch.randint(0, 256, (2 * seg + 17,), dtype=torch.uint8, generator=torch.Generator()
+                         .manual_seed(5))
+    digests = [xxhash.xxh3_64_intdigest(data[i:i + seg].numpy().tobytes())
+               for i in range(0, data.numel(), seg)]
+    assert payload_checksum(data) == xxhash.xxh3_64_intdigest(struct.pack("<3Q", *digests))
+    assert payload_checksum(data[:seg]) == xxhash.xxh3_64_intdigest(data[:seg].numpy().tobytes())
+    for where in (0, seg - 1, seg, 2 * seg + 16):  # each segment, both sides of a boundary
+        flipped = data.clone()
+        flipped[where] ^= 1
+        assert payload_checksum(flipped) != payload_checksum(data)

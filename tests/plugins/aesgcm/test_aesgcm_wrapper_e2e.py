@@ -216,6 +216,18 @@ def test_v1_files_readable_after_switching_to_v2(make_adapter: Any, l1: L1Manage
     assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))
 
 
+def test_v2_files_are_clean_misses_after_switching_back_to_v1(make_adapter: Any,
+                                                              l1: L1Manager) -> None:
+    """A v2 frame is longer than any v1 frame of the same object, so a v1-configured reader
+    refuses it by length (a miss, removed) instead of trying to decode it."""
+    writer = make_adapter()
+    assert store_sync(writer, KEYS, _objects()).is_successful()
+    reader = make_adapter(frame_version=1)
+    hits, _outs = _load(reader, l1)
+    assert hits == [False, False, False]
+    assert reader.metrics()["rejections"] == {"length": 3}
+
+
 def test_other_master_key_misses_everything(make_adapter: Any, l1: L1Manager,
                                             tmp_path: Path) -> None:
     adapter = make_adapter()

@@ -148,50 +148,6 @@ def test_corrupt_file_is_a_miss_for_that_key_only(fs_wrapper, manager, damage: s
     assert manager.memory_used_bytes() == 0
 
 
-def test_v_only_load_leaves_k_untouched(tmp_path: Path, manager) -> None:
-    """A V-only blob on fs loads through the wrapper into V; the K group keeps its bytes.
-
-    The blob is written by the codec directly, without a stored-object frame, so the wrappers read
-    it with ``"serde_frame": false`` (V-only storage through the wrapper is issue #15's tier-split
-    work).
-    """
-    base = str(tmp_path / "kv-v")
-    plain = l2.create_l2_adapter({"type": "fs", "base_path": base}, None)
-    src = kv_object(31)
-    proc = create_serde_processor(SerdeConfig("asym_k16_v8_v_only"))
-    try:
-        codec = proc.serializer.codec
-        blob_len = codec.header_for(None, src.get_tensor(1)).blob_len
-        blob = TensorMemoryObj.allocate(MemoryLayoutDesc([[blob_len]], [torch.uint8]))
-        assert codec.encode_into(blob.raw_data, None, src.get_tensor(1)) == blob_len
-        assert l2.store_sync(plain, [key(31)], [blob]).is_successful()
-    finally:
-        proc.close()
-        plain.close()
-    wrapper = l2.create_l2_adapter(
-        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8_v_only"},
-         "serde_frame": False}, manager
-    )
-    try:
-        out = sentinel_object()
-        assert l2.load_sync(wrapper, [key(31)], [out]).count() == 1
-        assert bool((out.get_tensor(0) == 7.0).all()), "the K group was written"
-        assert v_close(out.get_tensor(1), src.get_tensor(1))
-    finally:
-        wrapper.close()
-    # the storage-only serde refuses the same V-only blob: a miss
-    storage = l2.create_l2_adapter(
-        {"type": "fs", "base_path": base, "serde": {"type": "asym_k16_v8"}, "serde_frame": False},
-        manager
-    )
-    try:
-        assert l2.load_sync(storage, [key(31)], [sentinel_object()]).count() == 0
-        assert storage.metrics()["rejections"] == {"decode": 1}  # the serde refused it
-    finally:
-        storage.close()
-    assert manager.memory_used_bytes() == 0
-
-
 def test_upper_bound_serde_refused_on_adapter_without_sizes(manager) -> None:
     class NoSizes(l2.MemoryL2Adapter):
         def reports_object_sizes(self) -> bool:

@@ -172,3 +172,24 @@ def test_internal_codec_rejects_bad_arguments() -> None:
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_native_status_and_one_fallback_warning(monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    from lmserde import create_serde_processor, get_serde_spec
+    from lmserde_fp8 import kernel
+
+    if kernel.simd_level() >= 0 and kernel.fast_path_available():
+        assert get_serde_spec("fp8").describe_native() == {
+            "backend": "native", "simd": kernel.SIMD_NAMES[kernel.simd_level()], "built": True}
+        assert get_serde_spec("asym_k16_v8").describe_native() == kernel.native_status()
+    monkeypatch.setattr(kernel, "_module", None)
+    monkeypatch.setattr(kernel, "_fallback_logged", False)
+    status = get_serde_spec("fp8").describe_native()
+    assert status is not None and status["backend"] == "torch" and status["built"] is False
+    assert "not built" in status["reason"]
+    with caplog.at_level("WARNING", logger="lmserde_fp8"):
+        for _ in range(3):
+            create_serde_processor({"type": "fp8"}).close()
+    fallbacks = [r for r in caplog.records if "pure-torch codec" in r.getMessage()]
+    assert len(fallbacks) == 1 and fallbacks[0].levelname == "WARNING"

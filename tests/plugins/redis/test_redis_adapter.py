@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
-from lmserde.l2 import L2StoreResult, load_sync, lookup_sync, store_sync, wait_for_store
+from lmserde.l2 import (
+    L2StoreResult,
+    load_sync,
+    lookup_sync,
+    store_sync,
+    wait_for_lookup,
+    wait_for_store,
+)
+from lmserde.testing import L2AdapterConformance
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import (
     LAYOUT,
@@ -27,6 +36,17 @@ MakeAdapter = Callable[..., Any]
 @pytest.fixture
 def adapter(redis_server: LocalRedisServer, make_redis_adapter: MakeAdapter) -> Any:
     return make_redis_adapter(url=redis_server.url)
+
+
+class TestRedisAdapterConformance(L2AdapterConformance):
+    """The public L2 adapter kit against a real server (a fresh namespace per check)."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, redis_server: LocalRedisServer, make_redis_adapter: MakeAdapter) -> None:
+        self._make = lambda: make_redis_adapter(url=redis_server.url)
+
+    def make_adapter(self, tmp_path: Path) -> Any:
+        return self._make()
 
 
 def test_store_lookup_load_round_trip(adapter: Any) -> None:
@@ -167,7 +187,8 @@ def test_fds_are_distinct_and_results_are_taken_once(adapter: Any) -> None:
     assert adapter.pop_completed_store_tasks() == {}
     lookup_task = adapter.submit_lookup_and_lock_task([key])
     assert lookup_sync(adapter, [key]).to_list() == [True]
-    assert adapter.query_lookup_and_lock_result(lookup_task) is not None
+    # the first lookup may finish after the second (several workers): wait for it, on its fd
+    assert wait_for_lookup(adapter, lookup_task).to_list() == [True]
     assert adapter.query_lookup_and_lock_result(lookup_task) is None
     assert adapter.query_load_result(12345) is None
 

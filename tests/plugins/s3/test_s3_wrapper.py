@@ -20,7 +20,7 @@ from conftest import raw_client
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.cli.main import main as lmserde_main
 from lmserde.l1 import L1Manager
-from lmserde.l2 import load_sync, lookup_sync, store_sync
+from lmserde.l2 import FRAME_HEADER_BYTES, load_sync, lookup_sync, store_sync
 from lmserde_s3.local_server import LocalS3Server
 from s3_kv import KV_LAYOUT, LAYOUT, NBYTES, kv_object, make_key, sentinel
 
@@ -99,7 +99,7 @@ def test_store_drop_load_through_the_wrapper(
     assert set(sizes) == set(keys)
     assert result.bytes_transferred() == sum(sizes.values())
     if case.stored_size is not None:
-        assert set(sizes.values()) == {case.stored_size}
+        assert set(sizes.values()) == {FRAME_HEADER_BYTES + case.stored_size}  # frame + payload
     assert set(adapter.inner_adapter.list_l2_keys()) == set(keys)
     assert lookup_sync(adapter, keys).count() == 3
     adapter.submit_unlock(keys)

@@ -49,7 +49,7 @@ def test_yaml_numbers_are_accepted() -> None:
     ({"block_size": 0}, "'block_size' must be >= 1"),
     ({"skip_first_layers": -1}, "'skip_first_layers' must be >= 0"),
     ({"skip_last_layers": -2}, "'skip_last_layers' must be >= 0"),
-    ({"implementation": "cuda"}, "'implementation' must be one of"),
+    ({"backend": "cuda"}, "'backend' must be one of"),
     ({"max_workers": 0}, "'max_workers' must be >= 1"),
     ({"head_dim": 1.5}, "'head_dim' must be an integer"),
     ({"preset": 3}, "'preset' must be a string"),
@@ -71,8 +71,45 @@ def test_config_validates_directly() -> None:
     assert cfg.preset_spec.name == "tq4"
 
 
-def test_native_implementation_requires_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_backend_requires_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config_module.codec_native, "_native", None)
     with pytest.raises(ValueError, match="native codec is not built"):
-        _make(implementation="native")
-    _make(implementation="auto").close()  # falls back to the torch codec
+        _make(backend="native")
+    _make(backend="auto").close()  # falls back to the torch codec
+
+
+def test_the_former_option_name_implementation_is_still_accepted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="lmserde.options"):
+        old = _make(implementation="torch")
+    try:
+        assert old.serializer.config.backend == "torch"  # type: ignore[attr-defined]
+        assert "option 'implementation' is deprecated; use 'backend'" in caplog.text
+        new = _make(backend="torch")
+        assert old.get_config() == new.get_config()
+        new.close()
+    finally:
+        old.close()
+    with pytest.raises(ValueError, match="'implementation' must be one of|'backend' must be one"):
+        _make(implementation="cuda")
+    with pytest.raises(ValueError, match="give only 'backend'"):
+        _make(implementation="torch", backend="auto")
+
+
+def test_native_status_and_one_fallback_warning(monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    codec_native = config_module.codec_native
+    if codec_native.available():
+        status = TURBOQUANT_SPEC.describe_native()
+        assert status == {"backend": "native", "simd": codec_native.simd_isa(), "built": True}
+    monkeypatch.setattr(codec_native, "_native", None)
+    monkeypatch.setattr(codec_native, "_fallback_logged", False)
+    status = TURBOQUANT_SPEC.describe_native()
+    assert status is not None and status["backend"] == "torch" and status["built"] is False
+    assert "not built" in status["reason"]
+    with caplog.at_level("WARNING", logger="lmserde_turboquant"):
+        for _ in range(3):
+            _make().close()
+    fallbacks = [r for r in caplog.records if "pure-torch codec" in r.getMessage()]
+    assert len(fallbacks) == 1

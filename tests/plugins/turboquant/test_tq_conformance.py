@@ -46,7 +46,7 @@ class TestTq3Conformance(TurboQuantConformance):
 
 
 class TestTq2TorchCodecConformance(TurboQuantConformance):
-    serde_kwargs: ClassVar = {"preset": "tq2", "head_dim": 64, "implementation": "torch",
+    serde_kwargs: ClassVar = {"preset": "tq2", "head_dim": 64, "backend": "torch",
                               "skip_first_layers": 0, "skip_last_layers": 0}
     max_relative_error = 0.36
 

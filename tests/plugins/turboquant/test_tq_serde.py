@@ -196,13 +196,13 @@ def test_multi_group_objects_round_trip() -> None:
 
 @needs_native
 @pytest.mark.parametrize("name", ["turboquant_k8v4", "turboquant_k3v4_nc", "tq2"])
-def test_native_and_torch_implementations_give_identical_streams(name: str) -> None:
+def test_native_and_torch_backends_give_identical_streams(name: str) -> None:
     x = kv_tensor([1, 5, 33, 512], torch.bfloat16, seed=11)
-    native, _ = _serdes(preset=name, implementation="native")
-    torch_ser, torch_de = _serdes(preset=name, implementation="torch")
+    native, _ = _serdes(preset=name, backend="native")
+    torch_ser, torch_de = _serdes(preset=name, backend="torch")
     data = serialize(native, x)
     assert torch.equal(data, serialize(torch_ser, x))
-    _, native_de = _serdes(preset=name, implementation="native")
+    _, native_de = _serdes(preset=name, backend="native")
     assert torch.equal(deserialize(native_de, data, x)[0], deserialize(torch_de, data, x)[0])
 
 

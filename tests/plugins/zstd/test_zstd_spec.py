@@ -61,9 +61,6 @@ def test_bit_shuffle_with_blosc2_is_accepted() -> None:
     create_serde_processor({"type": "zstd", "codec": "blosc2", "shuffle": "bit"}).close()
 
 
-@pytest.mark.skipif(getattr(lmserde, "DataKind", None) is None,
-                    reason="this core has no lmserde.DataKind (chain data kinds): the declaration "
-                           "is left out until it does")
 def test_spec_declares_its_data_kinds() -> None:
     kind = lmserde.DataKind
     spec = get_serde_spec("zstd")

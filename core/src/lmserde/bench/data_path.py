@@ -37,13 +37,16 @@ class DataPathError(RuntimeError):
 @dataclass
 class DataPathResult:
     """Per-chunk latencies of every repeat, stored sizes, the decoded chunks of the last repeat,
-    and the wrapper's stage latencies when it reports them."""
+    the wrapper's stage latencies when it reports them, and for split-tier placement the bytes
+    each store kept in L1 (K) beside ``stored_bytes`` (V, in L2)."""
 
     store_seconds: list[float] = field(default_factory=list)
     load_seconds: list[float] = field(default_factory=list)
     stored_bytes: list[int] = field(default_factory=list)
     decoded: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     stage_p50_seconds: dict[str, float] = field(default_factory=dict)
+    placement: str = "kv_together"
+    l1_kept_bytes: list[int] = field(default_factory=list)
 
 
 def _l1_object(l1: L1Manager, key: ObjectKey, layout: Any) -> TensorMemoryObj:
@@ -65,6 +68,14 @@ def _stage_p50(adapter: Any) -> dict[str, float]:
     latency = snapshot.get("latency_seconds", {}) if isinstance(snapshot, Mapping) else {}
     return {stage: float(s["p50"]) for stage, s in latency.items()
             if isinstance(s, Mapping) and s.get("count")}
+
+
+def _l1_kept(adapter: Any) -> int | None:
+    """K bytes a split-tier adapter has kept in L1 so far (``None`` for other adapters)."""
+    accounting = getattr(adapter, "accounting", None)
+    if not callable(accounting):
+        return None
+    return int(accounting()["l1_k_bytes_stored"])
 
 
 def run_data_path(
@@ -92,12 +103,16 @@ def run_data_path(
     l1 = L1Manager(capacity)
     adapter = create_l2_adapter({**adapter_spec, "serde": serde_config}, l1)
     result = DataPathResult()
+    kept = _l1_kept(adapter)
+    if kept is not None:
+        result.placement = "kv_split_tier"
     try:
         for r in range(repeat):
             nonce = os.urandom(8)
             keys = [ObjectKey(nonce + i.to_bytes(4, "big"), BENCH_MODEL_NAME, 0)
                     for i in range(len(chunks))]
             stored: list[int] = []
+            l1_kept: list[int] = []
             for key, chunk in zip(keys, chunks):
                 obj = _l1_object(l1, key, layout)
                 fill_object(obj, chunk, form)
@@ -113,6 +128,10 @@ def run_data_path(
                     raise DataPathError(f"store through the {adapter_spec['type']} adapter failed")
                 result.store_seconds.append(elapsed)
                 stored.append(outcome.bytes_transferred())
+                if kept is not None:
+                    now = _l1_kept(adapter) or 0
+                    l1_kept.append(now - kept)
+                    kept = now
                 if on_step:
                     on_step()
             decoded = []
@@ -137,6 +156,7 @@ def run_data_path(
                     on_step()
             adapter.delete(keys)
             result.stored_bytes = stored
+            result.l1_kept_bytes = l1_kept
             result.decoded = decoded
         result.stage_p50_seconds = _stage_p50(adapter)
     finally:

@@ -6,6 +6,8 @@ distance, see :mod:`lmserde.bench.quality`) is at most ``max_attn_error`` and it
 error (relative RMS) at most ``max_output_error``. On each tier the
 acceptable serde with the shortest modelled load time (:func:`~lmserde.bench.breakeven.load_seconds`)
 is recommended if it beats loading raw bytes; otherwise the advice is to store raw bytes.
+Split-tier serdes (K kept in L1, only V stored) are never recommended: their stored bytes leave
+out the half that stays in host memory.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def recommend(
 ) -> list[Recommendation]:
     """One recommendation per tier (see the module docstring)."""
     usable = [r for r in results
-              if is_acceptable(r, max_attn_error=max_attn_error, lossless_only=lossless_only,
+              if not r.split_tier  # keeps K in host memory: not a storage-only alternative
+              and is_acceptable(r, max_attn_error=max_attn_error, lossless_only=lossless_only,
                                max_output_error=max_output_error)]
     measured = [r for r in results if r.ok and r.raw_bytes_per_chunk]
     if not measured:

@@ -28,7 +28,9 @@ class SerdeResult:
     medians over ``codec_rounds`` timed rounds; latencies are per chunk in milliseconds (median
     of every chunk of every repeat). ``status`` is ``ok``, ``error`` (it failed; ``error`` says
     why) or ``skipped`` (it cannot run in this bench; ``error`` says why). ``warnings`` are the
-    distinct Python warnings raised while it ran.
+    distinct Python warnings raised while it ran. A split-tier serde (``placement``
+    ``kv_split_tier``) stores only V: ``stored_bytes_per_chunk`` is what went to L2 and
+    ``l1_bytes_per_chunk`` what stayed in L1 (K).
     """
 
     label: str
@@ -54,6 +56,13 @@ class SerdeResult:
     break_even_gbps: float | None = None
     tier_load_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    placement: str = "kv_together"
+    l1_bytes_per_chunk: float = 0.0
+
+    @property
+    def split_tier(self) -> bool:
+        """Whether the serde ran in split-tier placement (K kept in L1, only V stored)."""
+        return self.placement == "kv_split_tier"
 
     @property
     def ok(self) -> bool:

@@ -55,6 +55,7 @@ from lmserde.bench.serde_selection import (
     validate_serde_config,
 )
 from lmserde.keys import ObjectKey
+from lmserde.l2.split_placement import StoragePlacementMode, placement_of_processor, split_slots
 from lmserde.memory import TensorMemoryObj
 from lmserde.registry import get_serde_spec
 
@@ -151,6 +152,12 @@ def _check_slots(processor: SerdeProcessor, form: ChunkForm) -> str | None:
     if form is not ChunkForm.KV_GROUPS:
         return None
     mapping = processor.input_slot_mapping() or (0, 1)
+    if placement_of_processor(processor) is StoragePlacementMode.KV_SPLIT_TIER:
+        try:
+            split_slots(processor, "")
+        except ValueError as exc:
+            return str(exc)
+        return None  # split-tier: the data path keeps K in L1 and stores V
     if sorted(g for g in mapping if g is not None) != [0, 1]:
         return (f"input slots {tuple(mapping)} do not cover both K and V: a split-tier serde "
                 "(the K group stays in L1), which the bench's whole-chunk data path cannot run")
@@ -214,6 +221,8 @@ def _run_serde(
     encode_s, decode_s = _median(timing.encode_seconds), _median(timing.decode_seconds)
     result.raw_bytes_per_chunk = raw
     result.stored_bytes_per_chunk = sum(path.stored_bytes) / n
+    result.placement = path.placement
+    result.l1_bytes_per_chunk = sum(path.l1_kept_bytes) / n if path.l1_kept_bytes else 0.0
     result.compression_ratio = raw / result.stored_bytes_per_chunk if result.stored_bytes_per_chunk else 0.0
     result.encode_gbps = n * raw / encode_s / GB if encode_s else 0.0
     result.decode_gbps = n * raw / decode_s / GB if decode_s else 0.0
@@ -254,6 +263,14 @@ def _frame_overhead(
         progress.end()
 
 
+def _split_tier_note(result: SerdeResult) -> str:
+    mib = 2.0**20
+    return (f"{result.label}: split-tier placement — keeps {result.l1_bytes_per_chunk / mib:.2f} "
+            f"MiB/chunk of K in L1 (host memory) and stores "
+            f"{result.stored_bytes_per_chunk / mib:.2f} MiB/chunk of V in L2; its ratio counts "
+            "the L2 bytes only, so it is not among the recommendations")
+
+
 def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
               mute_logs: bool = False) -> BenchReport:
     """Run the bench; :class:`BenchInputError` for invalid options (nothing has run then).
@@ -292,6 +309,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
                    for s in selected]
         frame = _frame_overhead(results, adapter_spec, chunks, opts, progress, notes)
         notes.extend(ctx.notes)
+        notes.extend(_split_tier_note(r) for r in results if r.ok and r.split_tier)
         for r in results:
             notes.extend(f"{r.label}: {w}" for w in r.warnings[:_NOTES_PER_SERDE])
             if len(r.warnings) > _NOTES_PER_SERDE:

@@ -52,10 +52,7 @@ BENCH_CHAINS: tuple[tuple[dict[str, Any], ...], ...] = (
 )
 
 #: Serde types the default run leaves out, with the reason shown to the user.
-_NOT_BY_DEFAULT = {
-    "asym_k16_v8_v_only": "split-tier serde (stores V only, K stays in L1); bench stores whole "
-    "chunks, use asym_k16_v8",
-}
+_NOT_BY_DEFAULT: dict[str, str] = {}
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -125,13 +122,21 @@ def validate_serde_config(config: SerdeConfigValue) -> None:
     """Check every stage's type and options against the installed plugins.
 
     Raises :class:`BenchInputError` (with the registry's message: the known types, or the
-    accepted options) for an unknown type, an unknown option or an invalid value.
+    accepted options) for an unknown type, an unknown option or an invalid value, and for a
+    chain whose stages do not compose.
     """
     for stage in _stages(config):
         serde_type = stage["type"]
         try:
             spec = get_serde_spec(serde_type)
             spec.validate(serde_type, {k: v for k, v in stage.items() if k != "type"})
+        except ValueError as exc:
+            raise BenchInputError(str(exc)) from None
+    if isinstance(config, list) and len(config) > 1:
+        from lmserde.l2.serde_chain import check_chain_configs
+
+        try:
+            check_chain_configs(config)
         except ValueError as exc:
             raise BenchInputError(str(exc)) from None
 

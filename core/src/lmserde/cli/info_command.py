@@ -19,6 +19,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def _describe_native(native: dict[str, object]) -> str:
+    if "error" in native:
+        return f"status unknown ({native['error']})"
+    text = f"backend {native.get('backend')}"
+    if native.get("simd"):
+        text += f", simd {native['simd']}"
+    if native.get("reason"):
+        text += f" — {native['reason']}"
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         spec = get_serde_spec(args.type)
@@ -28,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     origin = next((i for i in list_serdes() if i.name == args.type), None)
     options = [
         {"name": o.name, "type": o.describe_type(), "default": o.default,
-         "required": o.required, "help": o.help}
+         "required": o.required, "help": o.help, "minimum": o.minimum, "maximum": o.maximum,
+         "identity": o.identity}
         for o in (spec.options or ())
     ]
     data = {
@@ -38,8 +50,12 @@ def run(args: argparse.Namespace) -> int:
         "description": spec.description,
         "size_contract": spec.size_contract.value,
         "lossy": spec.lossy,
+        "format_version": spec.format_version,
+        "consumes": sorted(k.value for k in spec.consumes),
+        "produces": spec.produces.value,
         "options_declared": spec.options is not None,
         "options": options,
+        "native": spec.describe_native(),
     }
     if args.json:
         print(json.dumps(data, indent=2, default=str))
@@ -49,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  distribution: {origin.distribution} {origin.version}")
     print(f"  size contract: {spec.size_contract.value}")
     print(f"  lossy: {'yes' if spec.lossy else 'no (exact round trip)'}")
+    print(f"  consumes: {', '.join(data['consumes'])}; produces: {data['produces']}")
+    print(f"  format version: {spec.format_version}")
+    native = data["native"]
+    if native is not None:
+        print(f"  native code: {_describe_native(native)}")
     if spec.options is None:
         print("  options: not declared (the factory receives the config kwargs as given)")
     elif options:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from lmserde._version import __version__
-from lmserde.cli import info_command, plugins_command, scrub_command
+from lmserde.cli import info_command, new_plugin_command, plugins_command, scrub_command
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +29,7 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     plugins_command.add_parser(sub)
     info_command.add_parser(sub)
     scrub_command.add_parser(sub)
+    new_plugin_command.add_parser(sub)
     _add_bench(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
@@ -43,19 +45,28 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
-    from lmserde.hooks import get_plugin_manager
+    """Let hook plugins add subcommands; one that fails (raising anything) is reported and
+    skipped, the others still add theirs."""
+    from lmserde.hooks import call_hookimpls
 
     try:
-        get_plugin_manager().hook.lmserde_add_cli_commands(subparsers=sub)
+        results = call_hookimpls("lmserde_add_cli_commands", subparsers=sub)
     except Exception as exc:
-        _log.warning("a plugin failed to add CLI commands: %s: %s", type(exc).__name__, exc)
+        _log.warning("plugins could not add CLI commands: %s: %s", type(exc).__name__, exc)
+        return
+    for result in results:
+        if result.error is not None:
+            _log.warning("plugin %r failed to add CLI commands: %s: %s", result.plugin_name,
+                         type(result.error).__name__, result.error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    # torch built against NumPy warns on import when NumPy is absent; nothing here needs NumPy.
+    warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy", category=UserWarning)
     # Listing must stay metadata-only: skip importing hook plugins for it.
-    light = bool(args_list) and args_list[0] in ("plugins", "--version")
+    light = bool(args_list) and args_list[0] in ("plugins", "new-plugin", "--version")
     parser = build_parser(with_plugin_commands=not light)
     args = parser.parse_args(args_list)
     handler = getattr(args, "handler", None)

@@ -2,6 +2,10 @@
 
 Without ``--load`` nothing is imported (neither torch nor any plugin module), so the listing is
 instant and cannot be broken by a plugin. ``--load`` imports each plugin and reports failures.
+Rows are sorted by name. The table shortens long descriptions; ``--json`` carries them whole.
+A plugin built for another core (see :mod:`lmserde.compat`) is listed as ``incompatible`` with
+the reason, also without ``--load``. ``size_contract`` and ``lossy`` are known without importing
+for core's own serdes; a plugin's come from its spec, so they are ``null`` unless ``--load``.
 """
 
 from __future__ import annotations
@@ -27,11 +31,18 @@ _CORE_DESCRIPTIONS = {
     "fs": "One file per key under base_path; atomic writes; reports stored sizes",
     "fault": "Wraps another adapter and injects seeded faults (testing)",
 }
+#: What core knows about its own serdes without importing them (size contract, lossy).
+_CORE_SERDE_FACTS = {"identity": ("exact", False)}
 _MAX_DESCRIPTION = 72
 
 
 def _describe(name: str, distribution: str, summary: str) -> str:
-    text = _CORE_DESCRIPTIONS.get(name, summary) if distribution == "lmserde" else summary
+    """The full description of an entry point: core's own text, else the distribution summary."""
+    return _CORE_DESCRIPTIONS.get(name, summary) if distribution == "lmserde" else summary
+
+
+def _shorten(text: str) -> str:
+    """A description cut to one table cell."""
     return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 1] + "…"
 
 
@@ -54,18 +65,24 @@ def _group_rows(group: str, load: bool) -> list[dict[str, object]]:
                 error = str(exc)
         if record.conflict_with:
             error = "also claimed by " + ", ".join(record.conflict_with)
+        elif record.incompatible:
+            error = record.incompatible
         rows.append({"name": record.name, "distribution": record.distribution,
                      "version": record.version, "status": record.status,
                      "description": _describe(record.name, record.distribution, record.summary),
                      "error": error})
-    return rows
+    return sorted(rows, key=lambda r: str(r["name"]))
 
 
 def run(args: argparse.Namespace) -> int:
-    serdes = [asdict(info) for info in list_serdes(load=args.load)]
+    serdes = sorted((asdict(info) for info in list_serdes(load=args.load)),
+                    key=lambda s: s["name"])
     for s in serdes:
         if not args.load or not s["description"]:
             s["description"] = _describe(s["name"], s["distribution"], s["description"])
+        facts = _CORE_SERDE_FACTS.get(s["name"]) if s["distribution"] == "lmserde" else None
+        if facts is not None and s["size_contract"] is None:
+            s["size_contract"], s["lossy"] = facts
     adapters = _group_rows(L2_ADAPTER_GROUP, args.load)
     hooks = _group_rows(HOOKS_GROUP, args.load)
     if args.json:
@@ -73,15 +90,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     headers = ("type", "distribution", "version", "status", "description")
     print("Serdes (entry-point group lmcache.serde)")
-    print(format_table(headers, [[s[h if h != "type" else "name"] for h in headers]
-                                 for s in serdes]))
+    print(format_table(headers, [_cells(s, headers) for s in serdes]))
     for title, rows in (("L2 adapters (lmcache.l2_adapter)", adapters),
                         ("Hook plugins (lmserde.hooks)", hooks)):
         if rows:
             print()
             print(title)
-            print(format_table(headers, [[r[h if h != "type" else "name"] for h in headers]
-                                         for r in rows]))
+            print(format_table(headers, [_cells(r, headers) for r in rows]))
     failures = [r for r in (*serdes, *adapters, *hooks) if r.get("error")]
     if failures:
         print()
@@ -89,3 +104,11 @@ def run(args: argparse.Namespace) -> int:
         for r in failures:
             print(f"  {r['name']} ({r['distribution']} {r['version']}): {r['error']}")
     return 0
+
+
+def _cells(row: dict[str, object], headers: tuple[str, ...]) -> list[object]:
+    cells: list[object] = []
+    for h in headers:
+        value = row["name" if h == "type" else h]
+        cells.append(_shorten(str(value)) if h == "description" else value)
+    return cells

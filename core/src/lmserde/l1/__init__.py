@@ -2,7 +2,13 @@
 
 from lmserde.l1.buffer_pool import BufferPool, BufferPoolStats
 from lmserde.l1.errors import L1Error
-from lmserde.l1.manager import DEFAULT_POOL_BYTES, L1Manager, L1Result, WriteListener
+from lmserde.l1.manager import (
+    DEFAULT_POOL_BYTES,
+    DeleteListener,
+    L1Manager,
+    L1Result,
+    WriteListener,
+)
 
 __all__ = [
     "DEFAULT_POOL_BYTES",
@@ -12,4 +18,5 @@ __all__ = [
     "L1Manager",
     "L1Result",
     "WriteListener",
+    "DeleteListener",
 ]

@@ -10,6 +10,7 @@ automatically when their last read lock is dropped.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,15 +23,19 @@ from lmserde.l1.errors import L1Error
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
 
-__all__ = ["L1Manager", "L1Result", "WriteListener", "DEFAULT_POOL_BYTES"]
+__all__ = ["L1Manager", "L1Result", "WriteListener", "DeleteListener", "DEFAULT_POOL_BYTES"]
 
 #: Default bound of the temporary-buffer pool (further bounded by the capacity).
 DEFAULT_POOL_BYTES = 256 << 20
 
 L1Result = dict[ObjectKey, tuple[L1Error, MemoryObj | None]]
 WriteListener = Callable[[list[ObjectKey]], None]
+#: ``listener(keys, tag)``: called after :meth:`L1Manager.delete` removed ``keys`` (seen with ``tag``).
+DeleteListener = Callable[[list[ObjectKey], str], None]
 
 _WRITE_MODES = ("new", "update", "all")
+
+_log = logging.getLogger(__name__)
 
 
 class _State(enum.Enum):
@@ -82,6 +87,7 @@ class L1Manager:
         self._used = 0
         self._by_salt: dict[str, int] = {}
         self._listeners: list[WriteListener] = []
+        self._delete_listeners: list[DeleteListener] = []
 
     # -- accounting -----------------------------------------------------------------------------
 
@@ -117,6 +123,23 @@ class L1Manager:
         """Call ``listener(keys)`` after non-temporary, untagged objects finish being written."""
         with self._lock:
             self._listeners.append(listener)
+
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        """Call ``listener(keys, tag)`` after :meth:`delete` removed ``keys`` (an eviction).
+
+        Only objects removed by :meth:`delete` are reported (not failed writes, not temporaries
+        freed by their last reader, not objects replaced by ``reserve_write``). The listener runs
+        in the deleting thread after the manager's lock is released, so it may call the manager;
+        an exception it raises is logged and does not affect the deletion.
+        """
+        with self._lock:
+            self._delete_listeners.append(listener)
+
+    def remove_delete_listener(self, listener: DeleteListener) -> None:
+        """Stop calling ``listener`` (a listener that was never added is ignored)."""
+        with self._lock:
+            if listener in self._delete_listeners:
+                self._delete_listeners.remove(listener)
 
     # -- write path -----------------------------------------------------------------------------
 
@@ -282,9 +305,13 @@ class L1Manager:
         return result
 
     def delete(self, keys: Sequence[ObjectKey], tag: str = "") -> L1Result:
-        """Delete ready, unlocked objects; locked ones are refused with ``KEY_IN_WRONG_STATE``."""
+        """Delete ready, unlocked objects; locked ones are refused with ``KEY_IN_WRONG_STATE``.
+
+        Delete listeners (:meth:`add_delete_listener`) are told which keys were removed.
+        """
         key_list = _check_keys(keys)
         result: L1Result = {}
+        removed: list[ObjectKey] = []
         with self._lock:
             for key in key_list:
                 entry = self._visible(key, tag)
@@ -295,6 +322,13 @@ class L1Manager:
                 else:
                     self._remove_locked(key, entry)
                     result[key] = (L1Error.SUCCESS, None)
+                    removed.append(key)
+            listeners = list(self._delete_listeners) if removed else []
+        for listener in listeners:
+            try:
+                listener(list(removed), tag)
+            except Exception:  # a listener never undoes or fails a deletion
+                _log.exception("L1 delete listener %r raised; ignored", listener)
         return result
 
     # -- internals ------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 ``create_l2_adapter({"type": "fs", "base_path": "/data/kv", "serde": {"type": "fp8"}}, l1)``
 builds an adapter by name (types are discovered from the ``lmcache.l2_adapter`` entry-point group)
 and wraps it in a :class:`SerdeL2AdapterWrapper` when a ``serde`` (or a list of serdes, a chain)
-is given.
+is given, or in a :class:`SplitTierL2Adapter` for a split-tier serde (``asym_k16_v8_v_only``: K
+stays in L1, V goes to L2).
 """
 
 from lmserde.l2.adapter_config import (
@@ -32,6 +33,17 @@ from lmserde.l2.memory_adapter import MemoryL2Adapter
 from lmserde.l2.scrub import ScrubReport, scrub_adapter
 from lmserde.l2.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
 from lmserde.l2.serde_wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
+from lmserde.l2.split_k_pool import SPLIT_TIER_K_TAG
+from lmserde.l2.split_manifest import SplitTierManifest, SplitTierState
+from lmserde.l2.split_placement import (
+    SplitTierConfigError,
+    StoragePlacementMode,
+    check_split_tier_specs,
+    derive_component_key,
+    derive_storage_placement_mode,
+    parse_component_key,
+)
+from lmserde.l2.split_tier import SplitTierL2Adapter, create_split_tier_adapter
 from lmserde.l2.store_result import L2StoreResult
 from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS, FrameRejected, ObjectFramer
 from lmserde.l2.sync_driver import (
@@ -74,16 +86,27 @@ __all__ = [
     "ScrubReport",
     "SerdeChainProcessor",
     "SerdeL2AdapterWrapper",
+    "SPLIT_TIER_K_TAG",
+    "SplitTierConfigError",
+    "SplitTierL2Adapter",
+    "SplitTierManifest",
+    "SplitTierState",
+    "StoragePlacementMode",
     "WrapperMetrics",
+    "check_split_tier_specs",
     "create_l2_adapter",
+    "create_split_tier_adapter",
     "create_serde_chain",
     "create_serde_for_config",
     "get_l2_adapter_spec",
     "get_registered_l2_adapter_types",
+    "derive_component_key",
+    "derive_storage_placement_mode",
     "key_file_name",
     "list_l2_adapters",
     "load_sync",
     "lookup_sync",
+    "parse_component_key",
     "parse_l2_adapter_spec",
     "parse_serde_config",
     "register_l2_adapter_type",

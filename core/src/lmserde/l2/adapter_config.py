@@ -7,8 +7,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
-from lmserde.l2.adapter_registry import get_l2_adapter_spec, get_registered_l2_adapter_types
+from lmserde.containment import describe_exception, must_propagate
+from lmserde.l2.adapter_registry import (
+    describe_l2_adapter_origin,
+    get_l2_adapter_spec,
+    get_registered_l2_adapter_types,
+)
 from lmserde.l2.interface import L2AdapterInterface
+from lmserde.plugin_discovery import PluginLoadError
 from lmserde.spec import SerdeSizeContract
 
 if TYPE_CHECKING:
@@ -20,6 +26,7 @@ __all__ = [
     "parse_l2_adapter_spec",
     "create_serde_for_config",
     "create_l2_adapter",
+    "check_serde_config",
 ]
 
 SerdeConfigValue = SerdeConfig | list[SerdeConfig]
@@ -110,6 +117,44 @@ def create_serde_for_config(
     return processor, serde_config.type, contract
 
 
+def _build_adapter(
+    adapter_type: str, factory: Any, options: dict[str, Any], l1_manager: L1Manager | None
+) -> L2AdapterInterface:
+    """Run an adapter factory, containing what it raises beyond ``Exception``.
+
+    An ``Exception`` keeps its type (it is the factory's own error report); anything else
+    (``SystemExit``, ``asyncio.CancelledError``, ...) becomes a :class:`PluginLoadError` naming
+    the adapter type and its distribution. A main-thread ``KeyboardInterrupt`` propagates.
+    """
+    try:
+        return factory(options, l1_manager)
+    except Exception:
+        raise
+    except BaseException as exc:  # plugin code
+        if must_propagate(exc):
+            raise
+        raise PluginLoadError(
+            f"L2 adapter '{adapter_type}' ({describe_l2_adapter_origin(adapter_type)}) failed to "
+            f"build: {describe_exception(exc)}"
+        ) from exc
+
+
+def check_serde_config(serde_config: SerdeConfigValue) -> None:
+    """Validate a serde config or chain without building anything.
+
+    Every stage's type and options are checked against its spec (``ValueError`` naming the bad
+    option) and a chain's stages must compose (``ValueError`` naming the stage; see
+    :func:`~lmserde.l2.serde_chain.check_chain_configs`).
+    """
+    from lmserde.l2.serde_chain import check_chain_configs
+    from lmserde.registry import get_serde_spec
+
+    if isinstance(serde_config, list):
+        check_chain_configs(serde_config)
+        return
+    get_serde_spec(serde_config.type).validate(serde_config.type, serde_config.kwargs)
+
+
 def create_l2_adapter(
     spec: Mapping[str, Any] | L2AdapterConfig, l1_manager: L1Manager | None = None,
     *, repair: bool = True,
@@ -117,10 +162,16 @@ def create_l2_adapter(
     """Build the adapter a spec names, wrapped in a serde wrapper when it has a ``serde``.
 
     Unknown adapter types raise ``ValueError`` listing the known ones; adapter options are
-    validated against the type's declared options. A ``serde`` needs ``l1_manager`` (its
-    temporary buffers live there). An ``UPPER_BOUND`` serde on an adapter that cannot report
-    stored sizes is refused here. Nothing is leaked when building fails. ``repair=False`` makes
-    the serde wrapper leave refused objects in place (for tools that only inspect, like scrub).
+    validated against the type's declared options, and the ``serde`` config (a chain's stages must
+    compose) before the adapter is built. A ``serde`` needs ``l1_manager`` (its temporary buffers
+    live there). An adapter factory that raises a ``BaseException`` other than ``Exception``
+    gives a :class:`~lmserde.PluginLoadError` naming the adapter and its distribution. An
+    ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. A
+    split-tier serde (``*_v_only``, or a slot mapping that leaves K out) gives a
+    :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` (K kept in ``l1_manager``, V stored through
+    the serde); its startup rules raise ``SplitTierConfigError`` here. Nothing is leaked when
+    building fails. ``repair=False`` makes the serde wrapper leave refused objects in place (for
+    tools that only inspect, like scrub).
     """
     config = spec if isinstance(spec, L2AdapterConfig) else parse_l2_adapter_spec(spec)
     if config.serde_config is not None and l1_manager is None:
@@ -130,15 +181,24 @@ def create_l2_adapter(
         )
     adapter_spec = get_l2_adapter_spec(config.type)
     options = adapter_spec.validate(config.type, config.options)
-    adapter = adapter_spec.factory(options, l1_manager)
+    if config.serde_config is not None:
+        check_serde_config(config.serde_config)  # before the adapter opens anything
+    adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if config.serde_config is None:
         return adapter
     from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
+    from lmserde.l2.split_placement import StoragePlacementMode, resolve_placement
 
     processor: SerdeProcessor | None = None
     try:
         processor, serde_type, contract = create_serde_for_config(config.serde_config)
         assert l1_manager is not None
+        if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
+            from lmserde.l2.split_tier import create_split_tier_adapter
+
+            return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
+                                             size_contract=contract, frame=config.serde_frame,
+                                             repair=repair)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
                                      repair=repair)

@@ -22,6 +22,7 @@ __all__ = [
     "get_registered_l2_adapter_types",
     "list_l2_adapters",
     "rescan_l2_adapter_plugins",
+    "describe_l2_adapter_origin",
 ]
 
 L2_ADAPTER_GROUP = "lmcache.l2_adapter"
@@ -119,6 +120,18 @@ def get_l2_adapter_spec(adapter_type: str) -> L2AdapterSpec:
             f"L2 adapter plugin '{adapter_type}' from distribution {record.describe_origin()} "
             f"is invalid: {exc}"
         ) from exc
+
+
+def describe_l2_adapter_origin(adapter_type: str) -> str:
+    """Where ``adapter_type`` comes from: ``"from distribution NAME VERSION"`` or
+    ``"registered programmatically"``."""
+    with _lock:
+        if adapter_type in _programmatic:
+            return "registered programmatically"
+        record = _group.get(adapter_type)
+    if record is None:
+        return "of unknown origin"
+    return f"from distribution {record.describe_origin()}"
 
 
 def list_l2_adapters(*, load: bool = False) -> list[L2AdapterInfo]:

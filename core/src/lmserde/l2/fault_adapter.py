@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lmserde.containment import describe_exception
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
@@ -29,11 +30,37 @@ class InjectedFaultError(RuntimeError):
     """Raised by a ``submit_*`` call the fault plan chose to fail."""
 
 
+#: Seeds are 128-bit signed integers (they key the decision hash).
+SEED_MIN, SEED_MAX = -(2**127), 2**127 - 1
+#: Longest injected delay, in seconds.
+MAX_DELAY_SECONDS = 3600.0
+
+
 def _check_rate(name: str, value: float) -> float:
     rate = float(value)
-    if not 0.0 <= rate <= 1.0:
+    if not 0.0 <= rate <= 1.0:  # also refuses NaN
         raise ValueError(f"fault adapter: {name} must be within [0, 1], got {value!r}")
     return rate
+
+
+def _check_delay(value: float) -> float:
+    delay = float(value)
+    if not 0.0 <= delay <= MAX_DELAY_SECONDS:  # also refuses NaN and infinity
+        raise ValueError(
+            f"fault adapter: delay_seconds must be within [0, {MAX_DELAY_SECONDS:g}], got {value!r}"
+        )
+    return delay
+
+
+def _check_seed(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"fault adapter: seed must be an integer, got {value!r}")
+    if not SEED_MIN <= value <= SEED_MAX:
+        raise ValueError(
+            f"fault adapter: seed must be a 128-bit signed integer within [-2**127, 2**127 - 1], "
+            f"got {value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -65,10 +92,8 @@ class FaultPlan:
         for name in ("store_failure_rate", "load_miss_rate", "corrupt_rate",
                      "submit_exception_rate", "delay_rate"):
             object.__setattr__(self, name, _check_rate(name, getattr(self, name)))
-        delay = float(self.delay_seconds)
-        if delay < 0:
-            raise ValueError(f"fault adapter: delay_seconds must be >= 0, got {delay!r}")
-        object.__setattr__(self, "delay_seconds", delay)
+        object.__setattr__(self, "delay_seconds", _check_delay(self.delay_seconds))
+        object.__setattr__(self, "seed", _check_seed(self.seed))
         object.__setattr__(self, "miss_chunk_hashes", frozenset(self.miss_chunk_hashes))
 
     def draw(self, kind: str, keys: Iterable[ObjectKey]) -> float:
@@ -178,7 +203,12 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
             done = self._inner.pop_completed_store_tasks()
             mine = [(self._stores.pop(i), r) for i, r in done.items() if i in self._stores]
         for (task_id, delay), result in mine:
-            self._finish(delay, self._queues.store.complete, task_id, result)
+            try:
+                self._finish(delay, self._queues.store.complete, task_id, result)
+            except BaseException as exc:  # relay thread: the task must complete
+                _log.error("fault adapter: store task %d could not be relayed (%s); failed",
+                           task_id, describe_exception(exc))
+                self._queues.store.complete(task_id, L2StoreResult(False, 0))
 
     def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
         return self._queues.store.pop_all()
@@ -207,8 +237,13 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
                 continue
             with self._lock:
                 del self._loads[inner_id]
-            self._finish(delay, self._queues.load.complete, task_id,
-                         self._apply_load_faults(bitmap, keys, objects))
+            try:
+                self._finish(delay, self._queues.load.complete, task_id,
+                             self._apply_load_faults(bitmap, keys, objects))
+            except BaseException as exc:  # relay thread: the task must complete
+                _log.error("fault adapter: load task %d could not be relayed (%s); every key "
+                           "misses", task_id, describe_exception(exc))
+                self._queues.load.complete(task_id, Bitmap(len(keys)))
 
     def _apply_load_faults(
         self, bitmap: Bitmap, keys: list[ObjectKey], objects: list[MemoryObj]
@@ -313,13 +348,15 @@ FAULT_ADAPTER_SPEC = L2AdapterSpec(
     options=(
         SerdeOption("inner", object, None, "spec dict of the wrapped adapter", required=True,
                     check=_check_inner),
-        SerdeOption("seed", int, 0, "seed of every fault decision"),
+        SerdeOption("seed", int, 0, "seed of every fault decision (a 128-bit signed integer)",
+                    minimum=SEED_MIN, maximum=SEED_MAX),
         _rate("store_failure_rate", "fraction of store tasks that fail"),
         _rate("load_miss_rate", "fraction of loaded keys reported as misses"),
         _rate("corrupt_rate", "fraction of loaded keys with one byte flipped"),
         _rate("submit_exception_rate", "fraction of store/load submits that raise"),
         _rate("delay_rate", "fraction of store/load tasks whose result is held back"),
-        SerdeOption("delay_seconds", float, 0.0, "longest injected delay", minimum=0.0),
+        SerdeOption("delay_seconds", float, 0.0, "longest injected delay (seconds)",
+                    minimum=0.0, maximum=MAX_DELAY_SECONDS),
         SerdeOption("miss_chunk_hashes", object, (), "chunk hashes (hex) that always miss"),
     ),
     reports_object_sizes=None,

@@ -22,6 +22,8 @@ from lmserde.l2.fs_names import (
     SIDECAR_SUFFIX,
     is_hashed_name,
     key_file_name,
+    lmcache_file_name,
+    parse_lmcache_name,
     parse_readable_name,
     readable_name,
     sidecar_name,
@@ -38,6 +40,9 @@ __all__ = ["FSL2Adapter", "FS_ADAPTER_SPEC", "FSObjectScan", "key_file_name", "M
            "DEFAULT_STALE_TMP_SECONDS", "MIN_STALE_TMP_SECONDS", "MAX_STALE_TMP_SECONDS"]
 
 _log = logging.getLogger(__name__)
+
+#: File-name schemes of the ``naming`` option.
+FILE_NAMINGS = ("lmserde", "lmcache")
 
 _PATH_CACHE_LIMIT = 1 << 16
 #: Default age (seconds since last modification) after which any writer's temporary is stale.
@@ -128,8 +133,15 @@ class FSL2Adapter(L2AdapterInterface):
         fsync: bool = False,
         io_workers: int = 2,
         stale_tmp_seconds: float = DEFAULT_STALE_TMP_SECONDS,
+        naming: str = "lmserde",
     ) -> None:
         super().__init__(0)
+        if naming not in FILE_NAMINGS:
+            raise ValueError(f"fs adapter naming must be one of {', '.join(FILE_NAMINGS)}, "
+                             f"got {naming!r}")
+        self._naming = naming
+        self._file_name = key_file_name if naming == "lmserde" else lmcache_file_name
+        self._parse_name = parse_readable_name if naming == "lmserde" else parse_lmcache_name
         if io_workers < 1:
             raise ValueError(f"fs adapter io_workers must be >= 1, got {io_workers}")
         _check_stale_tmp_seconds(stale_tmp_seconds)
@@ -174,6 +186,11 @@ class FSL2Adapter(L2AdapterInterface):
         return self._base
 
     @property
+    def naming(self) -> str:
+        """``lmserde`` (escaped, always storable) or ``lmcache`` (LMCache 0.5.6's file names)."""
+        return self._naming
+
+    @property
     def tmp_dir(self) -> str:
         """Absolute path of the directory of files being written."""
         return self._tmp_dir
@@ -189,7 +206,7 @@ class FSL2Adapter(L2AdapterInterface):
         if path is None:
             if len(self._paths) >= _PATH_CACHE_LIMIT:
                 self._paths.clear()
-            path = self._paths[key] = self._base + os.sep + key_file_name(key)
+            path = self._paths[key] = self._base + os.sep + self._file_name(key)
         return path
 
     # -- fds ------------------------------------------------------------------------------------
@@ -448,7 +465,7 @@ class FSL2Adapter(L2AdapterInterface):
                             unlisted += 1
                             continue
                     else:
-                        key = parse_readable_name(name)
+                        key = self._parse_name(name)
                         if key is None:
                             skipped += 1
                             continue
@@ -509,7 +526,7 @@ class FSL2Adapter(L2AdapterInterface):
 def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
     return FSL2Adapter(options["base_path"], relative_tmp_dir=options["relative_tmp_dir"],
                        fsync=options["fsync"], io_workers=options["io_workers"],
-                       stale_tmp_seconds=options["stale_tmp_seconds"])
+                       stale_tmp_seconds=options["stale_tmp_seconds"], naming=options["naming"])
 
 
 def _check_base_path(value: str) -> None:
@@ -526,7 +543,11 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("relative_tmp_dir", str, ".tmp",
                     "sub-directory of base_path for files being written"),
         SerdeOption("fsync", bool, False, "fsync each file and the directory after writing"),
-        SerdeOption("io_workers", int, 2, "threads doing file I/O", minimum=1),
+        SerdeOption("io_workers", int, 2, "threads doing file I/O", minimum=1, maximum=256),
+        SerdeOption("naming", str, "lmserde",
+                    "file names: lmserde (escaped, any key) or lmcache (LMCache 0.5.6's names, for "
+                    "a directory LMCache processes share; use with serde_frame false)",
+                    choices=FILE_NAMINGS),
         SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
                     "on open, remove any writer's temporary file unmodified for this long "
                     f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "

@@ -9,6 +9,12 @@ adapter keeps the readable name in a *sidecar* ``h-<same digest>.key`` next to i
 
 :func:`parse_readable_name` accepts exactly the names :func:`readable_name` produces (it rebuilds
 the name from the parsed key and compares), so a foreign or hand-edited file never maps to a key.
+
+:func:`lmcache_file_name` / :func:`parse_lmcache_name` are the names LMCache 0.5.6's ``fs`` adapter
+uses (``naming: lmcache``, for a directory shared with LMCache processes):
+``<model, "/" as "-SEP->@<kv_rank as 0x%08x>@<object_group_id hex>@<chunk_hash hex>[@<salt>].data``.
+They are not escaped (a model name holding ``-SEP-``, or one that makes the name longer than the
+file system allows, cannot be stored that way), which is why they are not the default.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ __all__ = [
     "hashed_name_of",
     "is_hashed_name",
     "key_file_name",
+    "lmcache_file_name",
+    "parse_lmcache_name",
     "parse_readable_name",
     "readable_name",
     "sidecar_name",
@@ -115,3 +123,41 @@ def parse_readable_name(name: str) -> ObjectKey | None:
     except (ValueError, TypeError, UnicodeDecodeError):
         return None
     return key if readable_name(key) == name else None
+
+
+_LMCACHE_SLASH = "-SEP-"
+
+
+def lmcache_file_name(key: ObjectKey) -> str:
+    """LMCache 0.5.6's ``fs`` file name of ``key``; ``ValueError`` when it cannot hold the key."""
+    if _LMCACHE_SLASH in key.model_name:
+        raise ValueError(f"model name {key.model_name!r} contains {_LMCACHE_SLASH!r}: LMCache's "
+                         "file names cannot hold it")
+    parts = [key.model_name.replace("/", _LMCACHE_SLASH), f"{key.kv_rank:#010x}",
+             f"{key.object_group_id:x}", key.chunk_hash.hex()]
+    if key.cache_salt:
+        parts.append(key.cache_salt)
+    name = "@".join(parts) + DATA_SUFFIX
+    if name in (".", "..") or "\0" in name or len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise ValueError(f"key {key!r} has no LMCache file name (too long or not a path component)")
+    return name
+
+
+def parse_lmcache_name(name: str) -> ObjectKey | None:
+    """The key whose LMCache file name is exactly ``name``, else ``None`` (never raises)."""
+    if not name.endswith(DATA_SUFFIX):
+        return None
+    parts = name[: -len(DATA_SUFFIX)].split("@")
+    if len(parts) not in (4, 5):
+        return None
+    try:
+        key = ObjectKey(
+            chunk_hash=bytes.fromhex(parts[3]),
+            model_name=parts[0].replace(_LMCACHE_SLASH, "/"),
+            kv_rank=int(parts[1], 16),
+            object_group_id=int(parts[2], 16),
+            cache_salt=parts[4] if len(parts) == 5 else "",
+        )
+        return key if lmcache_file_name(key) == name else None
+    except (ValueError, TypeError):
+        return None

@@ -5,14 +5,21 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import select
 import threading
 import time
 from collections.abc import Callable
 
+from lmserde.containment import describe_exception
 from lmserde.events import consume_fd, create_event_notifier
 
-__all__ = ["PollLoop"]
+__all__ = ["PollLoop", "MAX_TIMER_DELAY"]
+
+#: Longest delay :meth:`PollLoop.call_later` accepts (one day).
+MAX_TIMER_DELAY = 86400.0
+#: Longest single ``poll`` wait (a timer further away is re-checked after this).
+_MAX_POLL_MS = 3_600_000.0
 
 _log = logging.getLogger(__name__)
 
@@ -23,7 +30,8 @@ class PollLoop:
     """Runs ``handler()`` after each readable registered fd has been drained, and timers when due.
 
     The fd is consumed *before* its handler runs, so a completion signalled during the handler
-    wakes the loop again. Handler exceptions are logged and the loop continues. :meth:`stop` wakes
+    wakes the loop again. Whatever a handler or timer raises (any ``BaseException``, ``SystemExit``
+    included) is logged and the loop continues: the thread only ends through :meth:`stop`. :meth:`stop` wakes
     the loop through an internal event fd and joins the thread: no polling timeout is involved.
     """
 
@@ -46,10 +54,20 @@ class PollLoop:
         self._handlers[fd] = handler
 
     def call_later(self, delay: float, handler: Handler) -> None:
-        """Run ``handler`` on the loop thread after ``delay`` seconds (thread-safe)."""
+        """Run ``handler`` on the loop thread after ``delay`` seconds (thread-safe).
+
+        ``delay`` must be a finite number of at most :data:`MAX_TIMER_DELAY` seconds
+        (``ValueError`` otherwise); a negative delay runs the handler at the next turn.
+        """
+        seconds = float(delay)
+        if not math.isfinite(seconds) or seconds > MAX_TIMER_DELAY:
+            raise ValueError(
+                f"{self._name}: timer delay must be a finite number of at most "
+                f"{MAX_TIMER_DELAY:g} seconds, got {delay!r}"
+            )
         with self._lock:
             heapq.heappush(self._timers,
-                           (time.monotonic() + max(delay, 0.0), next(self._timer_seq), handler))
+                           (time.monotonic() + max(seconds, 0.0), next(self._timer_seq), handler))
         self._wake.notify()
 
     def start(self) -> None:
@@ -84,7 +102,8 @@ class PollLoop:
                     return
                 timeout_ms = None
                 if self._timers:
-                    timeout_ms = max((self._timers[0][0] - time.monotonic()) * 1000.0, 0.0)
+                    timeout_ms = min(max((self._timers[0][0] - time.monotonic()) * 1000.0, 0.0),
+                                     _MAX_POLL_MS)
             try:
                 ready = poller.poll(timeout_ms)
             except InterruptedError:
@@ -116,5 +135,6 @@ class PollLoop:
                 return
         try:
             handler()
-        except Exception:  # one bad drain must not stop the loop
-            _log.exception("%s: handler %r raised; continuing", self._name, handler)
+        except BaseException as exc:  # one bad drain must not stop the loop
+            _log.error("%s: handler %r raised %s; continuing", self._name, handler,
+                       describe_exception(exc), exc_info=exc)

@@ -4,13 +4,21 @@
 Each stage's size estimate is computed on the flat ``uint8`` layout of the previous stage's
 output buffer. Between stages the bytes are handed over as they are when the earlier stage is
 ``EXACT``; after an ``UPPER_BOUND`` stage they are framed as an 8-byte little-endian length
-followed by the payload, zero-padded to the stage's bound, so the next stage always sees a
-fixed-size input and a load knows each intermediate length. The chain's output therefore has
-the size contract of its last stage. Only the first stage may be a multi-output serde.
+followed by the payload, so a load knows each intermediate length:
+
+* when the next stage is ``EXACT`` with an estimate that grows with its input (a byte transform
+  such as ``aesgcm``: input + a constant), the frame is handed over *trimmed* to the bytes
+  written, so ``[zstd, aesgcm]`` stores compressed bytes; on load that stage's input length is
+  recovered from its stored output by inverting its estimate (and checked against the prefix);
+* otherwise the frame is zero-padded to the stage's bound, a fixed-size input.
+
+The chain is ``UPPER_BOUND`` when any stage is, else ``EXACT``. Only the first stage may be a
+multi-output serde.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +32,7 @@ from lmserde.base import (
     SerdeProcessor,
     Serializer,
 )
+from lmserde.data_kind import check_chain_composition
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
@@ -35,10 +44,16 @@ from lmserde.multi import (
     MultiSerializer,
     layout_desc_to_group,
 )
-from lmserde.processor import AsyncSerdeProcessor
+from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
 from lmserde.spec import SerdeSizeContract
 
-__all__ = ["ChainStage", "SerdeChainProcessor", "create_serde_chain", "FRAME_HEADER_BYTES"]
+__all__ = [
+    "ChainStage",
+    "SerdeChainProcessor",
+    "create_serde_chain",
+    "check_chain_configs",
+    "FRAME_HEADER_BYTES",
+]
 
 #: Length prefix written after an upper-bound stage.
 FRAME_HEADER_BYTES = 8
@@ -53,6 +68,7 @@ class ChainStage:
     serializer: Serializer | MultiSerializer
     deserializer: Deserializer | MultiDeserializer
     size_contract: SerdeSizeContract
+    config: Mapping[str, Any] | None = None  # the stage's identity (get_config); None: type only
 
 
 @dataclass(frozen=True)
@@ -60,10 +76,12 @@ class _Hop:
     """The buffer between stage ``i`` and ``i + 1`` for one input layout."""
 
     bound: int  # stage i's estimate
-    framed: bool  # stage i is UPPER_BOUND: length-prefixed and padded
+    framed: bool  # stage i is UPPER_BOUND: length-prefixed
+    trimmed: bool = False  # framed, and handed to stage i + 1 without the padding
 
     @property
     def size(self) -> int:
+        """The largest hand-off (the padded one)."""
         return self.bound + FRAME_HEADER_BYTES if self.framed else self.bound
 
 
@@ -88,15 +106,50 @@ class _ChainCore:
         if hops is None:
             hops = []
             layout = first_layout
-            for stage in self.stages[:-1]:
+            for i, stage in enumerate(self.stages[:-1]):
                 bound = int(stage.serializer.estimate_serialized_size(layout))
-                hop = _Hop(bound, stage.size_contract is not SerdeSizeContract.EXACT)
+                framed = stage.size_contract is not SerdeSizeContract.EXACT
+                trimmed = framed and self._invertible(i + 1, bound + FRAME_HEADER_BYTES)
+                hop = _Hop(bound, framed, trimmed)
                 hops.append(hop)
                 layout = _bytes_layout(hop.size)
             if len(self._plans) >= _PLAN_CACHE_LIMIT:
                 self._plans.clear()
             self._plans[first_layout] = hops
         return hops
+
+    def _stage_estimate(self, index: int, input_bytes: int) -> int:
+        return int(self.stages[index].serializer.estimate_serialized_size(
+            _bytes_layout(input_bytes)))
+
+    def _invertible(self, index: int, largest_input: int) -> bool:
+        """Whether stage ``index`` may take a trimmed hand-off: ``EXACT``, and its estimate
+        strictly grows with the input length (checked at both ends of the range)."""
+        if self.stages[index].size_contract is not SerdeSizeContract.EXACT:
+            return False
+        low = FRAME_HEADER_BYTES
+        return (self._stage_estimate(index, low + 1) > self._stage_estimate(index, low)
+                and self._stage_estimate(index, largest_input)
+                > self._stage_estimate(index, largest_input - 1))
+
+    def _input_length(self, index: int, output_bytes: int, largest_input: int) -> int:
+        """The input length whose estimate is ``output_bytes`` (stage ``index``, trimmed hop)."""
+        lo, hi = FRAME_HEADER_BYTES, largest_input
+        if not self._stage_estimate(index, lo) <= output_bytes <= self._stage_estimate(index, hi):
+            raise ValueError(
+                f"serde chain: stage '{self.stages[index].name}' holds {output_bytes} bytes, "
+                "which no input it could have been given produces (truncated or corrupt)")
+        while lo < hi:  # smallest length whose estimate reaches output_bytes
+            mid = (lo + hi) // 2
+            if self._stage_estimate(index, mid) < output_bytes:
+                lo = mid + 1
+            else:
+                hi = mid
+        if self._stage_estimate(index, lo) != output_bytes:
+            raise ValueError(
+                f"serde chain: stage '{self.stages[index].name}' holds {output_bytes} bytes, "
+                "which no input length produces (truncated or corrupt)")
+        return lo
 
     def estimate(self, first_layout: Any) -> int:
         hops = self.plan(first_layout)
@@ -119,7 +172,7 @@ class _ChainCore:
             raw = self.scratch(i, hop.size)
             if hop.framed:
                 n = stage.serializer.serialize(current, _byte_obj(raw[FRAME_HEADER_BYTES:]), key)
-                n = hop.bound if not isinstance(n, int) else n
+                n = check_serialized_size(stage.name, n, None)
                 if not 0 <= n <= hop.bound:
                     raise ValueError(
                         f"serde chain: stage '{stage.name}' wrote {n} bytes, outside its "
@@ -127,10 +180,14 @@ class _ChainCore:
                     )
                 raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(
                     bytearray(n.to_bytes(FRAME_HEADER_BYTES, "little")), dtype=torch.uint8))
+                if hop.trimmed:
+                    current = _byte_obj(raw[:FRAME_HEADER_BYTES + n])
+                    continue
                 raw[FRAME_HEADER_BYTES + n:].zero_()
             else:
-                n = stage.serializer.serialize(current, _byte_obj(raw), key)
-                if isinstance(n, int) and n != hop.bound:
+                n = check_serialized_size(stage.name, stage.serializer.serialize(
+                    current, _byte_obj(raw), key), None)
+                if n != hop.bound:
                     raise ValueError(
                         f"serde chain: stage '{stage.name}' declares an EXACT size contract but "
                         f"wrote {n} bytes, not its estimate of {hop.bound}"
@@ -143,14 +200,16 @@ class _ChainCore:
         current: MemoryObj = src
         for i in range(len(self.stages) - 1, 0, -1):
             hop = hops[i - 1]
-            raw = self.scratch(i - 1, hop.size)
+            size = (self._input_length(i, current.get_size(), hop.size) if hop.trimmed
+                    else hop.size)
+            raw = self.scratch(i - 1, size)
             self.stages[i].deserializer.deserialize(current, _byte_obj(raw), key)
             if hop.framed:
                 n = int.from_bytes(bytes(raw[:FRAME_HEADER_BYTES].tolist()), "little")
-                if n > hop.bound:
+                if n > hop.bound or (hop.trimmed and FRAME_HEADER_BYTES + n != size):
                     raise ValueError(
                         f"serde chain: corrupt frame after stage '{self.stages[i - 1].name}': "
-                        f"payload length {n} exceeds the bound {hop.bound}"
+                        f"payload length {n} (bound {hop.bound}, hand-off {size} bytes)"
                     )
                 current = _byte_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + n])
             else:
@@ -234,7 +293,8 @@ class _MultiChainDeserializer(MultiDeserializer):
 class SerdeChainProcessor(AsyncSerdeProcessor):
     """An :class:`~lmserde.AsyncSerdeProcessor` running ``stages`` as one serde.
 
-    ``serde_type`` is the stage names joined by ``+``; ``size_contract`` is the last stage's.
+    ``serde_type`` is the stage names joined by ``+``; ``size_contract`` is ``UPPER_BOUND`` when
+    any stage's is (what an upper-bound stage saves reaches the stored object), else ``EXACT``.
     Per-item outcomes work as for any processor: one object failing any stage fails that item.
     ``owned`` processors (the stage processors the pairs came from) are closed with the chain.
     """
@@ -271,7 +331,10 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
         else:
             deserializer = _ChainDeserializer(core)
         self.stages = tuple(stages)
-        self.size_contract = stages[-1].size_contract
+        self.size_contract = (
+            SerdeSizeContract.UPPER_BOUND
+            if any(s.size_contract is not SerdeSizeContract.EXACT for s in stages)
+            else SerdeSizeContract.EXACT)
         self._owned = list(owned)
         super().__init__(serializer, deserializer, max_workers,
                          serde_type="+".join(s.name for s in stages))
@@ -279,6 +342,16 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
     @property
     def stage_types(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.stages)
+
+    def get_config(self) -> dict[str, Any]:
+        """``{"type": "chain", "stages": [each stage's config, in store order]}``."""
+        return {"type": "chain",
+                "stages": [dict(copy.deepcopy(s.config)) if s.config is not None
+                           else {"type": s.name} for s in self.stages]}
+
+    def authenticates_output(self) -> bool:
+        """The last stage's: its bytes are what the chain writes."""
+        return bool(getattr(self.stages[-1].serializer, "authenticates_output", False))
 
     def close(self) -> None:
         super().close()
@@ -296,19 +369,50 @@ def _config_type(config: SerdeConfig | Mapping[str, Any]) -> str:
     return serde_type
 
 
+def _config_kwargs(config: SerdeConfig | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(config, SerdeConfig):
+        return dict(config.kwargs)
+    return {k: v for k, v in config.items() if k != "type"}
+
+
+def check_chain_configs(configs: Sequence[SerdeConfig | Mapping[str, Any]]) -> None:
+    """Check a chain at config time, building nothing: ``ValueError`` if it cannot work.
+
+    Every stage's type must be known and its options valid; consecutive stages must compose:
+    the first stage receives ``KV_TENSORS`` and each later one what the stage before it
+    ``produces``, which it must list in its ``consumes`` (see :class:`~lmserde.DataKind`). So
+    ``[fp8, fp8]``, ``[fp8, turboquant]`` and ``[aesgcm, fp8]`` are refused, naming the stage.
+    """
+    from lmserde.registry import get_serde_spec
+
+    if not configs:
+        raise ValueError("a serde chain needs at least one serde")
+    stages = []
+    for position, config in enumerate(configs, start=1):
+        serde_type = _config_type(config)
+        spec = get_serde_spec(serde_type)
+        try:
+            spec.validate(serde_type, _config_kwargs(config))
+        except ValueError as exc:
+            raise ValueError(f"serde chain stage {position}: {exc}") from None
+        stages.append((serde_type, spec))
+    check_chain_composition(stages)
+
+
 def create_serde_chain(
     configs: Sequence[SerdeConfig | Mapping[str, Any]],
 ) -> SerdeChainProcessor:
     """Build each stage through the registry (options validated as usual) and chain them.
 
-    Each stage's processor must expose ``serializer`` and ``deserializer`` (every
-    :class:`~lmserde.AsyncSerdeProcessor` does); the chain runs with the largest ``max_workers``
-    of its stages.
+    The chain is checked first (:func:`check_chain_configs`: known types, valid options, stages
+    that compose), so nothing is built for a chain that cannot work. Each stage's processor must
+    expose ``serializer`` and ``deserializer`` (every :class:`~lmserde.AsyncSerdeProcessor`
+    does); the chain runs with the largest ``max_workers`` of its stages. Its
+    :meth:`get_config` lists the stages' configs.
     """
     from lmserde.registry import create_serde_processor, get_serde_size_contract
 
-    if not configs:
-        raise ValueError("a serde chain needs at least one serde")
+    check_chain_configs(configs)
     built: list[SerdeProcessor] = []
     try:
         stages: list[ChainStage] = []
@@ -325,7 +429,9 @@ def create_serde_chain(
                     f"({type(proc).__name__}) does not expose its serializer and deserializer"
                 )
             stages.append(ChainStage(serde_type, serializer, deserializer,
-                                     get_serde_size_contract(serde_type)))
+                                     get_serde_size_contract(serde_type),
+                                     proc.get_config() if isinstance(proc, SerdeProcessor)
+                                     else None))
             workers = max(workers, int(getattr(proc, "max_workers", 1)))
         return SerdeChainProcessor(stages, workers, owned=built)
     except BaseException:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from lmserde.base import SerdeProcessor
-from lmserde.hooks import emit_wrapper_task_event
+from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
@@ -43,6 +43,7 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj
 from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
 from lmserde.observability import WrapperTaskEvent
+from lmserde.processor import scrub_destination
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
@@ -90,6 +91,7 @@ class _Task:
     hit_slots: list[int] = field(default_factory=list)  # temp indices sent to deserialize
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
+    confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
 
     def end_stage(self, name: str, now: float) -> float:
         seconds = now - self.stage_started
@@ -193,6 +195,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             )
         self._metrics = WrapperMetrics()
         self._consecutive_failures = {"store": 0, "load": 0}
+        load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         self._estimates: dict[MemoryLayoutDesc, int] = {}
         self._temp_layouts: dict[int, MemoryLayoutDesc] = {}
         self._lock = threading.Lock()
@@ -209,11 +212,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
         try:
-            get_config = getattr(serde, "get_config", None)
-            config = get_config() if callable(get_config) else {"type": self.serde_type}
-            authenticates = getattr(serde, "authenticates_output", None)
-            authenticated = bool(authenticates()) if callable(authenticates) else False
-            framer = ObjectFramer(config, checksum=not authenticated)
+            framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
         except BaseException as exc:
             raise ValueError(
                 f"serde '{self.serde_type}': cannot build the stored-object frame from its config: "
@@ -645,13 +644,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             task.payloads = list(task.temps)
             return hits
         task.payloads = [None] * len(task.temps)
+        task.confirms = [None] * len(task.temps)
         passed: list[int] = []
         refused: dict[str, list[ObjectKey]] = {}
         for j in hits:
             key = task.keys[task.positions[j]]
-            try:
-                task.payloads[j] = self._framer.open(task.temps[j], key, task.layouts[j],
-                                                     task.bounds[j])
+            try:  # header checks now; the payload checksum runs while the serde decodes
+                task.payloads[j], task.confirms[j] = self._framer.open_deferred(
+                    task.temps[j], key, task.layouts[j], task.bounds[j])
             except FrameRejected as exc:
                 _log.warning("serde wrapper: stored object for key %s refused (%s)",
                              key.chunk_hash.hex(), exc)
@@ -661,6 +661,20 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         for reason, keys in refused.items():
             self._reject(task, reason, keys)
         return passed
+
+    @staticmethod
+    def _payload_confirmed(task: _Task, slot: int) -> bool:
+        """Wait for the slot's payload checksum (started by :meth:`_verify`); ``False`` if bad."""
+        confirm = task.confirms[slot] if task.confirms else None
+        if confirm is None:
+            return True
+        try:
+            confirm()
+        except FrameRejected as exc:
+            _log.warning("serde wrapper: stored object for key %s refused (%s)",
+                         task.keys[task.positions[slot]].chunk_hash.hex(), exc)
+            return False
+        return True
 
     def _reject(self, task: _Task, reason: str, keys: list[ObjectKey]) -> None:
         """Count ``keys`` as refused for ``reason`` and delete them from the inner adapter."""
@@ -707,16 +721,23 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         final = Bitmap(task.num_keys)
         serialized = 0
         undecodable: list[ObjectKey] = []
+        corrupt: list[ObjectKey] = []
         for slot, ok in zip(task.hit_slots, oks):
-            if ok:
+            key = task.keys[task.positions[slot]]
+            if not self._payload_confirmed(task, slot):
+                scrub_destination(task.dst_items[slot])  # decoded from damaged bytes: never used
+                corrupt.append(key)
+            elif ok:
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
             else:
-                undecodable.append(task.keys[task.positions[slot]])
+                undecodable.append(key)
         failed = len(undecodable)
         self._metrics.record_failure("deserialize", failed)
         if undecodable:
             self._reject(task, "decode", undecodable)
+        if corrupt:
+            self._reject(task, "checksum", corrupt)
         self._release_written(task.temp_keys)
         stage = "deserialize" if failed else ("verify" if task.rejected else None)
         self._finish_load(task, final, stage, serialized)

@@ -9,7 +9,8 @@ are not the right ones before any serde decodes them. All integers are little-en
      5      1   flags: bit 0 = payload checksum present, bit 1 = layout stored inline
      6      2   reserved, zero
      8      8   payload length in bytes
-    16      8   payload checksum: XXH3-64 of the payload (0 when bit 0 is clear)
+    16      8   payload checksum (0 when bit 0 is clear): XXH3-64 of the payload, or for payloads
+                over 4 MiB the XXH3-64 of the XXH3-64s of its 4 MiB segments
     24      8   config fingerprint: XXH3-64 of the serde's canonical config (``get_config()``)
     32      8   key fingerprint: XXH3-64 of the object key's fields
     40     20   layout: inline encoding (bit 1 set) or the XXH3-64 of that encoding, zero-padded
@@ -29,8 +30,11 @@ measurement over CRC32C: see ``docs/formats/stored-object.md``.
 from __future__ import annotations
 
 import json
+import os
 import struct
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,17 +57,20 @@ __all__ = [
     "encode_layout",
     "decode_layout",
     "payload_checksum",
+    "start_payload_checksum",
     "layout_field",
     "build_header",
     "parse_header",
     "check_header",
-    "check_payload",
     "ObjectFramer",
 ]
 
 FRAME_MAGIC = b"LMSF"
 FRAME_VERSION = 1
 FRAME_HEADER_BYTES = 64
+
+#: Payloads longer than this are checksummed as segments of this size, in parallel.
+CHECKSUM_SEGMENT_BYTES = 4 << 20
 
 #: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode).
 REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode")
@@ -219,16 +226,60 @@ def layout_field(layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
     return struct.pack("<Q", _xxh64(encoded)).ljust(_LAYOUT_FIELD, b"\0"), False
 
 
-def payload_checksum(payload: torch.Tensor) -> int:
-    """XXH3-64 of a contiguous 1-D uint8 CPU tensor's bytes (no copy).
-
-    Uses the streaming hasher: unlike the one-shot function it releases the GIL while hashing,
-    so the checksums of concurrent tasks run in parallel with the serde workers.
-    """
+def _xxh3_of(data: torch.Tensor) -> int:
+    """XXH3-64 of a 1-D uint8 tensor's bytes; the streaming hasher releases the GIL."""
     hasher = xxhash.xxh3_64()
-    if payload.numel():
-        hasher.update(memoryview(payload.numpy()))
+    if data.numel():
+        hasher.update(memoryview(data.numpy()))
     return hasher.intdigest()
+
+
+_hash_pool: ThreadPoolExecutor | None = None
+_hash_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _hash_pool
+    with _hash_pool_lock:
+        if _hash_pool is None:
+            _hash_pool = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 8)),
+                                            thread_name_prefix="lmserde-checksum")
+        return _hash_pool
+
+
+def payload_checksum(payload: torch.Tensor) -> int:
+    """The frame's checksum of a contiguous 1-D uint8 CPU tensor's bytes (no copy).
+
+    Up to :data:`CHECKSUM_SEGMENT_BYTES` it is the XXH3-64 of the payload. A longer payload is
+    cut into segments of that size (the last one shorter) whose XXH3-64 digests are computed in
+    parallel on a small process-wide thread pool; the checksum is the XXH3-64 of those digests as
+    little-endian u64s, in order. Any change to any byte changes its segment's digest, and so the
+    checksum, as surely as one XXH3-64 over the whole payload would (same 64-bit collision odds).
+    """
+    n = payload.numel()
+    if n <= CHECKSUM_SEGMENT_BYTES:
+        return _xxh3_of(payload)
+    return start_payload_checksum(payload)()
+
+
+def start_payload_checksum(payload: torch.Tensor) -> Callable[[], int]:
+    """Start :func:`payload_checksum` on the checksum threads; the returned call waits for it.
+
+    Lets a reader hash while other work (the serde's decode) runs. The payload must stay
+    unchanged until the call returns.
+    """
+    n = payload.numel()
+    if n <= CHECKSUM_SEGMENT_BYTES:
+        future = _pool().submit(_xxh3_of, payload)
+        return future.result
+    futures = [_pool().submit(_xxh3_of, payload[i:i + CHECKSUM_SEGMENT_BYTES])
+               for i in range(0, n, CHECKSUM_SEGMENT_BYTES)]
+
+    def combine() -> int:
+        digests = [f.result() for f in futures]
+        return _xxh64(struct.pack(f"<{len(digests)}Q", *digests))
+
+    return combine
 
 
 def build_header(
@@ -285,7 +336,7 @@ def check_header(
     """Check a parsed header against what the reader expects; raises :class:`FrameRejected`.
 
     Order: length, config, key, layout (skipped when ``layout_bytes`` is ``None``); the payload
-    checksum is :func:`check_payload`'s job.
+    checksum is checked by :meth:`ObjectFramer.open` / :meth:`ObjectFramer.open_deferred`.
     """
     if header.payload_length != stored_payload_bytes or header.payload_length > payload_bound:
         raise FrameRejected(
@@ -303,14 +354,8 @@ def check_header(
         raise FrameRejected("layout", "written for an object of another layout")
 
 
-def check_payload(header: FrameHeader, payload: torch.Tensor, *, required: bool) -> None:
-    """Verify the payload checksum; a missing one is refused when ``required``."""
-    if header.payload_checksum is None:
-        if required:
-            raise FrameRejected("checksum", "no payload checksum, and this serde needs one")
-        return
-    if payload_checksum(payload) != header.payload_checksum:
-        raise FrameRejected("checksum", "payload checksum mismatch")
+def _confirmed() -> None:
+    """The ``confirm()`` of a payload without checksum: nothing to wait for."""
 
 
 def _payload_obj(raw: torch.Tensor) -> TensorMemoryObj:
@@ -371,6 +416,19 @@ class ObjectFramer:
         ``bound`` the serde's payload bound. Raises :class:`FrameRejected` with the first failed
         check's reason.
         """
+        payload, confirm = self.open_deferred(buffer, key, layout, bound)
+        confirm()
+        return payload
+
+    def open_deferred(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
+                      bound: int) -> tuple[TensorMemoryObj, Callable[[], None]]:
+        """Like :meth:`open`, but the payload checksum runs in the background.
+
+        Every header check is done before this returns. The returned ``confirm()`` waits for the
+        checksum and raises :class:`FrameRejected` (``checksum``) on a mismatch: the caller may
+        decode the payload meanwhile, but must not use what it decoded before ``confirm()``
+        returned. The buffer must stay unchanged until then.
+        """
         size = buffer.get_size()
         raw = buffer.raw_data
         if size < FRAME_HEADER_BYTES:
@@ -380,5 +438,13 @@ class ObjectFramer:
                      config_id=self.config_id, key=key,
                      layout_bytes=None if layout is None else self._layout_field(layout))
         payload = raw[FRAME_HEADER_BYTES:size]
-        check_payload(header, payload, required=self.checksum)
-        return _payload_obj(payload)
+        expected = header.payload_checksum
+        if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
+            return _payload_obj(payload), _confirmed  # the header checksum covers this flag
+        pending = start_payload_checksum(payload)
+
+        def confirm() -> None:
+            if pending() != expected:
+                raise FrameRejected("checksum", "payload checksum mismatch")
+
+        return _payload_obj(payload), confirm

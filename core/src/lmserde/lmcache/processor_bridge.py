@@ -169,6 +169,16 @@ class LMCacheProcessorBridge(SerdeProcessor):
     def query_deserialize_result(self, task_id: SerdeTaskId) -> bool | None:
         return self._inner.query_deserialize_result(task_id)
 
+    # -- identity -------------------------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """The wrapped processor's identity config."""
+        return self._inner.get_config()
+
+    def authenticates_output(self) -> bool:
+        """The wrapped processor's answer."""
+        return self._inner.authenticates_output()
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:

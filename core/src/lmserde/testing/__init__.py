@@ -1,4 +1,4 @@
-"""Public conformance kit for serde authors (see docs/writing-a-plugin.md).
+"""Public conformance kits: serdes (docs/writing-a-plugin.md) and L2 adapters (docs/writing-an-adapter.md).
 
 Usage::
 
@@ -7,8 +7,15 @@ Usage::
     class TestMySerde(SerdeConformance):
         serde_type = "mine"
         serde_kwargs = {"level": 3}
+
+    from lmserde.testing import L2AdapterConformance
+
+    class TestMyAdapter(L2AdapterConformance):
+        def make_adapter(self, tmp_path):
+            return MyAdapter(tmp_path)
 """
 
+from lmserde.testing.adapter_kit import ADAPTER_TIMEOUT_SECONDS, L2AdapterConformance, adapter_key
 from lmserde.testing.kit import (
     DEFAULT_KV_LAYOUTS,
     DEFAULT_LAYOUTS,
@@ -20,6 +27,9 @@ from lmserde.testing.kit import (
 )
 
 __all__ = [
+    "ADAPTER_TIMEOUT_SECONDS",
+    "L2AdapterConformance",
+    "adapter_key",
     "DEFAULT_KV_LAYOUTS",
     "DEFAULT_LAYOUTS",
     "TIMEOUT_SECONDS",

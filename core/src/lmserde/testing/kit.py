@@ -8,6 +8,7 @@ and the processor the registry builds, exactly as an L2 wrapper would use it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -206,6 +207,27 @@ class _ConformanceBase:
             assert proc.get_serialize_event_fd() != proc.get_deserialize_event_fd()
         finally:
             proc.close()
+
+    def test_config_identity_is_canonical(self) -> None:
+        """``get_config()`` is JSON, names the type and format version, and is the same for two
+        processors of one config (and, with ``max_workers``, for any worker count)."""
+        spec = get_serde_spec(self.serde_type)
+        first, second = self.processor(), self.processor()
+        try:
+            config = first.get_config()
+            assert json.loads(json.dumps(config, allow_nan=False)) == config
+            assert config["type"] == self.serde_type
+            assert config["format_version"] == spec.format_version
+            assert second.get_config() == config
+        finally:
+            first.close()
+            second.close()
+        if self.supports_max_workers:
+            wider = self.processor(max_workers=3)
+            try:
+                assert wider.get_config() == config, "max_workers must not change get_config()"
+            finally:
+                wider.close()
 
     def test_estimate_bounds_output(self) -> None:
         exact = get_serde_spec(self.serde_type).size_contract is SerdeSizeContract.EXACT

@@ -1,4 +1,9 @@
-"""``lmserde keygen``: the CLI subcommand this plugin contributes through the core's CLI hook."""
+"""``lmserde keygen``: the CLI subcommand this plugin contributes through the core's CLI hook.
+
+This is the plugin's ``lmserde.hooks`` entry point, imported by every process that builds a serde
+processor: it imports only ``argparse`` and ``lmserde``; the key-file code (and with it
+``cryptography``) is imported when ``lmserde keygen`` runs.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,6 @@ import argparse
 import sys
 
 from lmserde import hookimpl
-
-from lmserde_aesgcm.keygen import (
-    MASTER_KEY_BYTES,
-    add_keyring_version,
-    set_keyring_current,
-    write_master_key,
-)
 
 __all__ = ["lmserde_add_cli_commands", "run_keygen"]
 
@@ -29,6 +27,13 @@ examples:
 
 def run_keygen(args: argparse.Namespace) -> int:
     """Handler of ``lmserde keygen``; returns the exit code. Never prints key material."""
+    from lmserde_aesgcm.keygen import (
+        MASTER_KEY_BYTES,
+        add_keyring_version,
+        set_keyring_current,
+        write_master_key,
+    )
+
     try:
         if args.keyring:
             if args.tenant is None:

@@ -28,6 +28,15 @@ _GROUP_OTHER_ACCESS = 0o066
 _log = logging.getLogger("lmserde_aesgcm")
 
 
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def _fix_hint(path: Path, mode: int) -> str:
     return (
         f"{path} is accessible by group or others (mode {stat.S_IMODE(mode):04o}). Make it "
@@ -42,18 +51,26 @@ def read_secret_file(
     """The bytes of the secret file ``path``; ``KeyFileError`` if it is unusable.
 
     ``what`` names the file in messages ("master key file", "keyring file"). Refused: a path that
-    cannot be opened, a non-regular file, a file over ``MAX_SECRET_FILE_BYTES`` and, unless
-    ``allow_insecure_permissions``, a file that group or others may read or write (POSIX only).
+    cannot be opened, a non-regular file (a FIFO, device or directory is refused without waiting
+    for a writer: the file is opened non-blocking and checked with ``fstat``), a file over
+    ``MAX_SECRET_FILE_BYTES`` and, unless ``allow_insecure_permissions``, a file that group or
+    others may read or write (POSIX only).
     """
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the type check
+        # below refuses it at once. Regular files ignore the flag.
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise KeyFileError(f"cannot open {what} {p}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"{what} {p} is not a regular file")
+            raise KeyFileError(
+                f"{what} {p} is not a regular file ({_file_kind(st.st_mode)}); point the option "
+                "at the key file itself"
+            )
         if os.name == "posix" and st.st_mode & _GROUP_OTHER_ACCESS:
             if not allow_insecure_permissions:
                 raise KeyFileError(f"refusing {what}: {_fix_hint(p, st.st_mode)}")

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pluggy
-from lmserde import get_plugin_manager, hookspec
+from lmserde import call_hookimpls, get_plugin_manager, hookspec
 
 from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.key_provider import KeyProvider
@@ -96,26 +96,44 @@ def key_provider_plugin_manager() -> pluggy.PluginManager:
 
 
 def provider_names() -> list[str]:
-    """Built-in provider names, then those hook plugins announce (sorted, unique)."""
-    pm = key_provider_plugin_manager()
+    """Built-in provider names, then those hook plugins announce (sorted, unique).
+
+    A plugin whose ``lmserde_aesgcm_key_provider_names`` raises (anything) is left out.
+    """
+    key_provider_plugin_manager()
     announced: set[str] = set()
-    for names in pm.hook.lmserde_aesgcm_key_provider_names():
-        announced.update(str(n) for n in names or ())
+    for result in call_hookimpls("lmserde_aesgcm_key_provider_names"):
+        if result.error is None and result.value:
+            try:
+                announced.update(str(n) for n in result.value)
+            except Exception:
+                _log.warning("hook plugin %r announced key providers that are not a list of "
+                             "names; ignored", result.plugin_name)
     return [*BUILTIN_PROVIDERS, *sorted(announced - set(BUILTIN_PROVIDERS))]
 
 
 def resolve_key_provider(name: str, options: Mapping[str, Any]) -> KeyProvider:
-    """The key provider a hook plugin builds for ``name``; ``KeyProviderError`` if none does."""
-    pm = key_provider_plugin_manager()
-    try:
-        provider = pm.hook.lmserde_aesgcm_key_provider(name=name, options=dict(options))
-    except ValueError as exc:
-        raise KeyProviderError(f"key provider '{name}': {exc}") from exc
-    except Exception as exc:
-        raise KeyProviderError(
-            f"key provider '{name}' failed to initialise: {type(exc).__name__}: {exc}"
-        ) from exc
+    """The key provider a hook plugin builds for ``name``; ``KeyProviderError`` if none does.
+
+    Each plugin's implementation is called separately (most recently registered first) until one
+    returns a provider. One that raises anything (``SystemExit`` included) is logged naming it
+    and the others are still asked; if none answers, the error names what the raising ones
+    raised (a ``ValueError`` is reported as bad options).
+    """
+    key_provider_plugin_manager()
+    results = call_hookimpls("lmserde_aesgcm_key_provider", firstresult=True, name=name,
+                             options=dict(options))
+    provider = next((r.value for r in results if r.error is None and r.value is not None), None)
     if provider is None:
+        failures = [r for r in results if r.error is not None]
+        if failures:
+            first = failures[0]
+            if isinstance(first.error, ValueError):
+                raise KeyProviderError(f"key provider '{name}': {first.error}") from first.error
+            raise KeyProviderError(
+                f"key provider '{name}' failed to initialise in hook plugin "
+                f"{first.plugin_name!r}: {type(first.error).__name__}: {first.error}"
+            ) from first.error
         known = ", ".join(provider_names())
         raise KeyProviderError(
             f"unknown key_provider '{name}'. Available: {known}. A third-party provider comes "

@@ -71,7 +71,9 @@ class AesGcmSerializer(Serializer):
     ``frame_version=2`` (default) binds the frame to its object key and names the key version;
     ``frame_version=1`` writes LMCache's frame. Each frame gets a fresh random 96-bit IV, so the
     same object encrypts differently every time. The estimate is exact: plaintext + 42 (v2) or
-    + 29 (v1). ``iv_source`` exists for test vectors only.
+    + 29 (v1). ``iv_source`` exists for test vectors only. ``authenticates_output`` is true for
+    frame version 2 (authenticated and bound to the object key), false for version 1 (LMCache's
+    frame does not bind the key).
     """
 
     def __init__(
@@ -85,6 +87,9 @@ class AesGcmSerializer(Serializer):
         self._key_len = _key_len(aes_bits)
         self._overhead = frame_overhead(frame_version)
         self._frame_version = frame_version
+        # Version-2 frames are authenticated and bound to the object key (AAD): a damaged or
+        # moved frame fails deserialize, so a stored-object frame may skip its checksum.
+        self.authenticates_output = frame_version == 2
         self._suite = frame_v2.suite_for_key_len(self._key_len)
         self._ciphers = (
             key_provider if isinstance(key_provider, CipherCache) else CipherCache(key_provider)

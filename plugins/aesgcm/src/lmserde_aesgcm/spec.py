@@ -7,6 +7,7 @@ from typing import Any
 
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeSizeContract,
     SerdeSpec,
@@ -57,22 +58,28 @@ def _check_provider_options(value: Any) -> None:
 
 
 OPTIONS: tuple[SerdeOption, ...] = (
+    # aes_bits and frame_version choose how new frames are written; every frame records both and
+    # is read whatever they are now, so they are not part of the config identity: switching
+    # them keeps the objects already stored
     SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
-                check=_check_aes_bits),
+                check=_check_aes_bits, identity=False),
     SerdeOption("key_provider", str, "hkdf",
                 "'hkdf' (one master key file), 'keyring' (per-tenant versioned keys) or a name a "
-                "hook plugin provides", check=_check_provider_name),
+                "hook plugin provides", check=_check_provider_name, identity=False),
     SerdeOption("master_key_path", str, "",
-                "hkdf: file holding the raw master key (>= 16 bytes, owner-only permissions)"),
+                "hkdf: file holding the raw master key (>= 16 bytes, owner-only permissions)",
+                identity=False),
     SerdeOption("keyring_path", str, "",
-                "keyring: JSON keyring file (owner-only permissions)"),
+                "keyring: JSON keyring file (owner-only permissions)", identity=False),
     SerdeOption("key_provider_options", object, {},
-                "options passed to a hook plugin's key provider", check=_check_provider_options),
+                "options passed to a hook plugin's key provider", check=_check_provider_options,
+                identity=False),
     SerdeOption("allow_insecure_key_permissions", bool, False,
-                "accept key files that group or others may read (not recommended)"),
+                "accept key files that group or others may read (not recommended)",
+                identity=False),
     SerdeOption("frame_version", int, DEFAULT_FRAME_VERSION,
                 "frame version written: 2 (default, bound to the object key) or 1 (readable by "
-                "LMCache); both are always read", check=_check_frame_version),
+                "LMCache); both are always read", check=_check_frame_version, identity=False),
     max_workers_option(1),
 )
 
@@ -133,4 +140,7 @@ AESGCM_SPEC = SerdeSpec(
     options=OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
+    consumes=frozenset(DataKind),
+    produces=DataKind.CIPHERTEXT,
+    format_version=1,
 )

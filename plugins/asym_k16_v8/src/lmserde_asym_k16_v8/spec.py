@@ -12,12 +12,14 @@ from typing import Any
 import torch
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
     max_workers_option,
 )
+from lmserde_fp8 import log_fallback_once, native_status
 
 from lmserde_asym_k16_v8.codec import AsymCodec
 from lmserde_asym_k16_v8.dtype_ids import DTYPE_TO_ID
@@ -86,6 +88,10 @@ _COMMON_OPTIONS: tuple[SerdeOption, ...] = (
 )
 
 
+_KV_HINT = ("asym_k16_v8 reads the K and V groups of a KV object; put it first in a chain, e.g. "
+            "[asym_k16_v8, aesgcm].")
+
+
 def _codec(kwargs: dict[str, Any], k_dtype_tag: str = "bfloat16") -> AsymCodec:
     return AsymCodec(
         fp8_dtype=resolve_dtype(str(kwargs.get("fp8_dtype", "float8_e4m3fn")), "fp8_dtype",
@@ -100,6 +106,7 @@ def _codec(kwargs: dict[str, Any], k_dtype_tag: str = "bfloat16") -> AsymCodec:
 def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory of ``asym_k16_v8`` (storage-only: K bit-exact, V fp8)."""
     codec = _codec(kwargs)
+    log_fallback_once()
     return AsyncSerdeProcessor(
         AsymK16V8MultiSerializer(codec),
         AsymK16V8MultiDeserializer(codec),
@@ -111,6 +118,7 @@ def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
 def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory of ``asym_k16_v8_v_only`` (V alone as fp8; K stays elsewhere)."""
     codec = _codec(kwargs, str(kwargs.get("k_dtype_tag", "bfloat16")))
+    log_fallback_once()
     return AsyncSerdeProcessor(
         AsymK16V8VOnlyMultiSerializer(codec),
         AsymK16V8VOnlyMultiDeserializer(codec),
@@ -125,6 +133,11 @@ ASYM_K16_V8_SPEC = SerdeSpec(
     options=_COMMON_OPTIONS,
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint=_KV_HINT,
+    format_version=1,
+    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
 
 ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
@@ -138,4 +151,9 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
     ),
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint=_KV_HINT,
+    format_version=1,
+    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )

@@ -6,6 +6,7 @@ from typing import Any
 
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
@@ -13,6 +14,7 @@ from lmserde import (
     max_workers_option,
 )
 
+from lmserde_fp8 import kernel
 from lmserde_fp8.formats import check_fp8_dtype_name, resolve_fp8_dtype
 from lmserde_fp8.scaling import ScalingMode
 from lmserde_fp8.serde import Fp8QuantizationDeserializer, Fp8QuantizationSerializer
@@ -44,6 +46,7 @@ def create_fp8_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Build the processor from validated kwargs (every option present, defaults filled in)."""
     fp8_dtype = resolve_fp8_dtype(kwargs["fp8_dtype"])
     scaling = ScalingMode(kwargs["scaling"])
+    kernel.log_fallback_once()
     return AsyncSerdeProcessor(
         Fp8QuantizationSerializer(fp8_dtype, scaling),
         Fp8QuantizationDeserializer(fp8_dtype, scaling),
@@ -58,4 +61,10 @@ FP8_SPEC = SerdeSpec(
     options=FP8_OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint="fp8 quantizes KV tensors (it reads their dtype); put it first in a chain, "
+    "e.g. [fp8, aesgcm].",
+    format_version=1,
+    native_status=kernel.native_status,
 )

@@ -17,6 +17,15 @@ from lmserde_redis.connection import RedisConnectionSettings, parse_cluster_node
 __all__ = ["REDIS_ADAPTER_SPEC", "create_redis_adapter"]
 
 
+#: Bounds of the numeric options (a value beyond them is a config error, not a run-time one).
+MAX_TIMEOUT_SECONDS = 3600.0
+MAX_RETRIES = 100
+MAX_TTL_SECONDS = 10 * 365 * 86400.0
+MAX_IO_WORKERS = 256
+MAX_BATCH_KEYS = 1 << 20
+MAX_BATCH_BYTES = 1 << 40
+
+
 def _positive(name: str) -> Any:
     def check(value: float) -> None:
         if not value > 0:
@@ -61,17 +70,21 @@ REDIS_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("username", str, "", "ACL user name (a URL's own credentials win)"),
         SerdeOption("password", str, "", "password (a URL's own credentials win)"),
         SerdeOption("socket_timeout", float, 5.0, "seconds to wait for one reply",
-                    check=_positive("socket_timeout")),
+                    check=_positive("socket_timeout"), maximum=MAX_TIMEOUT_SECONDS),
         SerdeOption("connect_timeout", float, 2.0, "seconds to wait for a connection",
-                    check=_positive("connect_timeout")),
+                    check=_positive("connect_timeout"), maximum=MAX_TIMEOUT_SECONDS),
         SerdeOption("retries", int, 1, "immediate re-attempts after a connection error "
-                    "(reconnects after a server restart)", minimum=0),
+                    "(reconnects after a server restart)", minimum=0, maximum=MAX_RETRIES),
         SerdeOption("ttl_seconds", float, 0.0, "expire stored objects after this many seconds "
-                    "(0: never); lookups and touch_keys renew it", minimum=0),
-        SerdeOption("io_workers", int, 4, "threads running store/lookup/load tasks", minimum=1),
-        SerdeOption("batch_keys", int, 64, "most keys per pipelined round trip", minimum=1),
+                    "(0: never); lookups and touch_keys renew it", minimum=0,
+                    maximum=MAX_TTL_SECONDS),
+        SerdeOption("io_workers", int, 4, "threads running store/lookup/load tasks", minimum=1,
+                    maximum=MAX_IO_WORKERS),
+        SerdeOption("batch_keys", int, 64, "most keys per pipelined round trip", minimum=1,
+                    maximum=MAX_BATCH_KEYS),
         SerdeOption("batch_bytes", int, 64 << 20, "most value bytes per pipelined round trip "
-                    "(a larger single object still goes alone)", minimum=1),
+                    "(a larger single object still goes alone)", minimum=1,
+                    maximum=MAX_BATCH_BYTES),
     ),
     reports_object_sizes=True,
 )

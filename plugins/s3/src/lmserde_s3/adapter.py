@@ -375,10 +375,16 @@ class S3L2Adapter(L2AdapterInterface):
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         """Delete keys now (waits); keys pinned by a lookup of this adapter go at their last
-        unlock. Failures are logged and leave the objects in place."""
+        unlock. Failures are logged and leave the objects in place.
+
+        S3 deletes are idempotent and do not say whether an object existed, so the keys are
+        looked up first (one HEAD each): listeners and usage hear only of objects that were
+        there. Deletes are rare (repair, eviction); the round trip buys exact accounting.
+        """
+        present = self.get_object_sizes(keys)
         now: list[ObjectKey] = []
         with self._state_lock:
-            for key in keys:
+            for key in (k for k in keys if k in present):
                 if key in self._pins:
                     self._doomed.add(key)
                 else:

@@ -2,9 +2,9 @@
 
 TurboQuant-MSE (Zandieh et al., 2025) per token and head: store the L2 norm, rotate the unit
 vector with a random-sign Walsh-Hadamard transform, quantize each coordinate with the Lloyd-Max
-codebook of N(0, 1/D), pack the indices. LMCache's four presets (byte-compatible) plus ``tq*``
-presets that code values the same way. Runs on any torch device; a native C codec makes the CPU
-path fast and produces identical bytes.
+codebook of N(0, 1/D), pack the indices. LMCache's four presets (its byte format; the docs say
+how exactly the bytes match) plus ``tq*`` presets that code values the same way. Runs on any torch
+device; a native C codec makes the CPU path fast and produces identical bytes.
 """
 
 from lmserde_turboquant.codebook import Codebook, lloyd_max_codebook

@@ -8,7 +8,10 @@ codec. It handles CPU tensors of dtype float32/float16/bfloat16 whose rows are c
 
 from __future__ import annotations
 
+import logging
+import threading
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -23,15 +26,23 @@ __all__ = [
     "decode_rows",
     "encode_layers",
     "encode_rows",
+    "log_fallback_once",
+    "native_status",
     "simd_isa",
     "supports",
 ]
 
 _native: ModuleType | None
+_import_error: str | None = None
 try:
     from lmserde_turboquant import _native  # type: ignore[attr-defined,no-redef]
-except ImportError:  # built without a compiler
+except ImportError as exc:  # built without a compiler
     _native = None
+    _import_error = f"{type(exc).__name__}: {exc}"
+
+_log = logging.getLogger("lmserde_turboquant")
+_fallback_logged = False
+_fallback_lock = threading.Lock()
 
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _CODEC_CODES = {"fp8": 0, "mse": 1, "minmax": 2}
@@ -46,6 +57,32 @@ def available() -> bool:
 def simd_isa() -> str | None:
     """``"avx2"`` or ``"scalar"``: the instruction path of the extension; ``None`` without it."""
     return None if _native is None else str(_native.simd_isa())
+
+
+def native_status() -> dict[str, Any]:
+    """What this process runs for CPU tensors: ``backend`` (``"native"`` or ``"torch"``),
+    ``simd`` (``"avx2"`` or ``"scalar"``; ``None`` when not built), ``built`` and, on the torch
+    backend, the ``reason``. (GPU tensors always use torch ops.)"""
+    if _native is None:
+        return {"backend": "torch", "simd": None, "built": False,
+                "reason": "the native extension lmserde_turboquant._native is not built "
+                          f"({_import_error}); reinstall lmserde-turboquant with a C compiler"}
+    return {"backend": "native", "simd": simd_isa(), "built": True}
+
+
+def log_fallback_once() -> None:
+    """Log a warning, once per process, when the native codec is not built (CPU tensors then run
+    the pure-torch codec: same bytes, several times slower). Called when a processor is built."""
+    global _fallback_logged
+    if _native is not None:
+        return
+    with _fallback_lock:
+        if _fallback_logged:
+            return
+        _fallback_logged = True
+    _log.warning("lmserde-turboquant: the turboquant serde runs its pure-torch codec on CPU "
+                 "tensors (the same bytes, several times slower): %s",
+                 native_status()["reason"])
 
 
 def _rows_ok(t: torch.Tensor) -> bool:

@@ -16,7 +16,7 @@ from lmserde_turboquant.rotation import is_power_of_two
 
 __all__ = [
     "AllRawLayoutWarning",
-    "IMPLEMENTATIONS",
+    "BACKENDS",
     "MAX_HEAD_DIM",
     "MIN_HEAD_DIM",
     "TurboQuantConfig",
@@ -25,7 +25,8 @@ __all__ = [
 
 MIN_HEAD_DIM = 8
 MAX_HEAD_DIM = 1024
-IMPLEMENTATIONS = ("auto", "native", "torch")
+#: Values of ``backend`` (the vocabulary every lmserde plugin with native code uses).
+BACKENDS = ("auto", "native", "torch")
 
 
 class AllRawLayoutWarning(UserWarning):
@@ -38,13 +39,20 @@ def _require_int(name: str, value: Any) -> int:
     return value
 
 
+#: Largest ``block_size`` (tokens per block); a block larger than any chunk only adds padding.
+MAX_BLOCK_SIZE = 4096
+#: Largest ``skip_first_layers`` / ``skip_last_layers``.
+MAX_SKIPPED_LAYERS = 4096
+
+
 @dataclass(frozen=True)
 class TurboQuantConfig:
     """TurboQuant settings; every field is checked on creation (``ValueError`` naming it).
 
-    ``implementation``: ``"native"`` (the C codec; an error if it is not built), ``"torch"`` (the
+    ``backend``: ``"native"`` (the C codec; an error if it is not built), ``"torch"`` (the
     pure-torch codec) or ``"auto"`` (native for CPU tensors when built, torch otherwise). Both
-    produce identical bytes.
+    produce identical bytes. (The serde option was called ``implementation`` before; configs
+    that still say so are accepted with a deprecation warning.)
     """
 
     preset: str = "turboquant_k8v4"
@@ -52,7 +60,7 @@ class TurboQuantConfig:
     block_size: int = 16
     skip_first_layers: int = 2
     skip_last_layers: int = 2
-    implementation: str = "auto"
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -68,6 +76,10 @@ class TurboQuantConfig:
             )
         if _require_int("block_size", self.block_size) < 1:
             raise ValueError(f"TurboQuant block_size must be >= 1, got {self.block_size}")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(
+                f"TurboQuant block_size must be <= {MAX_BLOCK_SIZE} tokens, got {self.block_size}"
+            )
         first = _require_int("skip_first_layers", self.skip_first_layers)
         last = _require_int("skip_last_layers", self.skip_last_layers)
         if first < 0 or last < 0:
@@ -75,14 +87,18 @@ class TurboQuantConfig:
                 "TurboQuant skipped layer counts must be non-negative, got "
                 f"skip_first_layers={first}, skip_last_layers={last}"
             )
-        if self.implementation not in IMPLEMENTATIONS:
+        if first > MAX_SKIPPED_LAYERS or last > MAX_SKIPPED_LAYERS:
             raise ValueError(
-                f"TurboQuant implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
-                f"got {self.implementation!r}"
+                f"TurboQuant skipped layer counts must be <= {MAX_SKIPPED_LAYERS}, got "
+                f"skip_first_layers={first}, skip_last_layers={last}"
             )
-        if self.implementation == "native" and not codec_native.available():
+        if self.backend not in BACKENDS:
             raise ValueError(
-                "TurboQuant implementation='native' was requested but the native codec is not "
+                f"TurboQuant backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
+            )
+        if self.backend == "native" and not codec_native.available():
+            raise ValueError(
+                "TurboQuant backend='native' was requested but the native codec is not "
                 "built (no C compiler when the package was installed); use 'auto' or 'torch'"
             )
 

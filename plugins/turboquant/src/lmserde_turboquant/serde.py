@@ -44,7 +44,7 @@ class _Codec:
                 lloyd_max_codebook(config.head_dim, bits, self.preset.codebook_solver)
 
     def _native(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> bool:
-        return (self.config.implementation != "torch" and codec_native.supports(k, slots)
+        return (self.config.backend != "torch" and codec_native.supports(k, slots)
                 and codec_native.supports(v, slots))
 
     def encode(self, t: torch.Tensor, plan: KVPlan, slots: torch.Tensor) -> int:

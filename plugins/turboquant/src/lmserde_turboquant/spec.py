@@ -6,6 +6,7 @@ from typing import Any
 
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
@@ -13,14 +14,20 @@ from lmserde import (
     max_workers_option,
 )
 
-from lmserde_turboquant.config import IMPLEMENTATIONS, TurboQuantConfig
+from lmserde_turboquant import codec_native
+from lmserde_turboquant.config import (
+    BACKENDS,
+    MAX_BLOCK_SIZE,
+    MAX_SKIPPED_LAYERS,
+    TurboQuantConfig,
+)
 from lmserde_turboquant.presets import PRESETS
 from lmserde_turboquant.serde import TurboQuantDeserializer, TurboQuantSerializer
 
 __all__ = ["TURBOQUANT_SPEC", "create_turboquant_processor"]
 
 _CONFIG_FIELDS = ("preset", "head_dim", "block_size", "skip_first_layers", "skip_last_layers",
-                  "implementation")
+                  "backend")
 
 
 def _check_field(name: str) -> Any:
@@ -35,6 +42,8 @@ def _check_field(name: str) -> Any:
 def create_turboquant_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
     """Factory: a processor from validated kwargs (every declared option present)."""
     config = TurboQuantConfig(**{name: kwargs[name] for name in _CONFIG_FIELDS if name in kwargs})
+    if config.backend == "auto":
+        codec_native.log_fallback_once()
     return AsyncSerdeProcessor(
         TurboQuantSerializer(config),
         TurboQuantDeserializer(config),
@@ -53,16 +62,24 @@ TURBOQUANT_SPEC = SerdeSpec(
         SerdeOption("head_dim", int, 128, "per-head size D (power of two, 8..1024)",
                     check=_check_field("head_dim")),
         SerdeOption("block_size", int, 16, "tokens per block of the compressed layout",
-                    minimum=1),
+                    minimum=1, maximum=MAX_BLOCK_SIZE),
         SerdeOption("skip_first_layers", int, 2, "leading layers stored raw (bit-exact)",
-                    minimum=0),
+                    minimum=0, maximum=MAX_SKIPPED_LAYERS),
         SerdeOption("skip_last_layers", int, 2, "trailing layers stored raw (bit-exact)",
-                    minimum=0),
-        SerdeOption("implementation", str, "auto",
-                    "codec: auto (native C when built, for CPU tensors), native, torch",
-                    choices=IMPLEMENTATIONS, check=_check_field("implementation")),
+                    minimum=0, maximum=MAX_SKIPPED_LAYERS),
+        SerdeOption("backend", str, "auto",
+                    "codec backend: auto (native C when built, for CPU tensors), native, torch "
+                    "(all write identical bytes); formerly 'implementation'",
+                    choices=BACKENDS, check=_check_field("backend"),
+                    identity=False, deprecated_names=("implementation",)),
         max_workers_option(1),
     ),
     size_contract=SerdeSizeContract.EXACT,
     lossy=True,
+    consumes=frozenset({DataKind.KV_TENSORS}),
+    produces=DataKind.BYTES,
+    consumes_hint="turboquant quantizes KV tensors (it reads their layers, heads and dtype); "
+    "put it first in a chain, e.g. [turboquant, aesgcm].",
+    format_version=1,
+    native_status=codec_native.native_status,
 )

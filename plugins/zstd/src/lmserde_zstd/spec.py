@@ -2,18 +2,17 @@
 
 Data kinds: ``zstd`` consumes KV tensors or plain bytes and produces bytes. It does not consume
 ciphertext: encrypted bytes look random, so ``[aesgcm, zstd]`` would spend CPU to store as many
-bytes; compress first (``[zstd, aesgcm]``). Cores that check chain composition (``DataKind``)
-refuse the reverse order when the config is created; on older cores the declaration is left out.
+bytes; compress first (``[zstd, aesgcm]``). The reverse order is refused when the config is
+created.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import lmserde
 from lmserde import (
     AsyncSerdeProcessor,
+    DataKind,
     SerdeOption,
     SerdeProcessor,
     SerdeSizeContract,
@@ -87,19 +86,6 @@ def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
                                serde_type=SERDE_TYPE)
 
 
-def _core_declarations() -> dict[str, Any]:
-    """What this core's ``SerdeSpec`` can hold beyond the basics: data kinds, format version."""
-    fields = {f.name for f in dataclasses.fields(SerdeSpec)}
-    extra: dict[str, Any] = {}
-    data_kind = getattr(lmserde, "DataKind", None)
-    if data_kind is not None and {"consumes", "produces"} <= fields:
-        extra["consumes"] = frozenset({data_kind.KV_TENSORS, data_kind.BYTES})
-        extra["produces"] = data_kind.BYTES
-    if "format_version" in fields:
-        extra["format_version"] = VERSION
-    return extra
-
-
 ZSTD_SPEC = SerdeSpec(
     factory=create_zstd_processor,
     description="lossless byte planes + zstd on the planes that compress; stores incompressible "
@@ -107,5 +93,9 @@ ZSTD_SPEC = SerdeSpec(
     options=ZSTD_OPTIONS,
     size_contract=SerdeSizeContract.UPPER_BOUND,
     lossy=False,
-    **_core_declarations(),
+    consumes=frozenset({DataKind.KV_TENSORS, DataKind.BYTES}),
+    produces=DataKind.BYTES,
+    consumes_hint="encrypted bytes look random and do not compress: put zstd before the "
+                  "encryption stage ([zstd, aesgcm])",
+    format_version=VERSION,
 )

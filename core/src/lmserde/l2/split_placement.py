@@ -1,0 +1,213 @@
+"""Storage placement: whether K and V of an object are stored together or split across tiers.
+
+``KV_TOGETHER`` (every serde but the V-only ones): the serde writes one blob holding the whole
+object to L2. ``KV_SPLIT_TIER`` (``*_v_only`` serdes, and any serde whose input slot mapping
+names a single group, like ``(None, 1)``): K stays in L1 under its own child key, V is
+serialized to L2 under another; :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` implements it.
+
+The child keys of a logical key (:func:`derive_component_key`) keep its model name, rank, object
+group and cache salt (so both halves are billed to the same tenant) and append a fixed marker to
+its chunk hash, so :func:`parse_component_key` maps a child back to its logical key.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lmserde.base import SerdeConfig, SerdeProcessor
+from lmserde.keys import ObjectKey
+
+__all__ = [
+    "StoragePlacementMode",
+    "SplitTierConfigError",
+    "SplitSlots",
+    "SPLIT_TIER_TYPE_SUFFIX",
+    "derive_storage_placement_mode",
+    "placement_of_processor",
+    "resolve_placement",
+    "split_slots",
+    "derive_component_key",
+    "parse_component_key",
+    "check_split_tier_specs",
+]
+
+#: Serde types whose name ends with this are split-tier serdes (``asym_k16_v8_v_only``).
+SPLIT_TIER_TYPE_SUFFIX = "_v_only"
+
+#: Appended to a logical chunk hash to form a child key's hash (never valid alone: it starts with
+#: a NUL byte and names the component).
+_COMPONENT_MARKERS = {"k": b"\x00lmserde:split:k", "v": b"\x00lmserde:split:v"}
+
+
+class StoragePlacementMode(enum.Enum):
+    """Where the halves of a KV object go (see the module docstring)."""
+
+    KV_TOGETHER = "kv_together"
+    KV_SPLIT_TIER = "kv_split_tier"
+
+
+class SplitTierConfigError(ValueError):
+    """A configuration outside what split-tier placement supports (the message says which rule)."""
+
+
+def _serde_types(value: Any) -> list[str]:
+    """Serde type names in a serde config value (a ``SerdeConfig``, a dict, a chain, ``None``)."""
+    if value is None:
+        return []
+    if isinstance(value, SerdeConfig):
+        return [value.type]
+    if isinstance(value, Mapping):
+        serde_type = value.get("type")
+        return [serde_type] if isinstance(serde_type, str) else []
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _serde_types(item)]
+    return []
+
+
+def _config_serde(item: Any) -> Any:
+    """The serde config value of one ``derive_storage_placement_mode`` item."""
+    if isinstance(item, (SerdeConfig, list, tuple)) or item is None:
+        return item
+    if isinstance(item, Mapping):
+        return item.get("serde", item if "type" in item and "serde" not in item else None)
+    return getattr(item, "serde_config", None)
+
+
+def derive_storage_placement_mode(configs: Iterable[Any]) -> StoragePlacementMode:
+    """``KV_SPLIT_TIER`` if any config names a ``*_v_only`` serde, else ``KV_TOGETHER``.
+
+    Each item is an adapter config with a ``serde_config`` attribute, an adapter spec dict (its
+    ``serde`` key), a :class:`~lmserde.SerdeConfig`, a serde dict or a chain (list).
+    """
+    for item in configs:
+        if any(t.endswith(SPLIT_TIER_TYPE_SUFFIX) for t in _serde_types(_config_serde(item))):
+            return StoragePlacementMode.KV_SPLIT_TIER
+    return StoragePlacementMode.KV_TOGETHER
+
+
+def placement_of_processor(processor: SerdeProcessor) -> StoragePlacementMode:
+    """``KV_SPLIT_TIER`` when the processor's input slot mapping has absent slots (``None``) and
+    its present slots all name one object group, so a (K, V) object is not covered — like
+    ``(None, 1)``. A mapping such as ``(0, None, 1)`` still covers both groups: ``KV_TOGETHER``.
+    """
+    mapping = processor.input_slot_mapping()
+    if mapping is None or all(g is not None for g in mapping):
+        return StoragePlacementMode.KV_TOGETHER
+    if len({g for g in mapping if g is not None}) == 1:
+        return StoragePlacementMode.KV_SPLIT_TIER
+    return StoragePlacementMode.KV_TOGETHER
+
+
+def resolve_placement(serde_config: Any, processor: SerdeProcessor) -> StoragePlacementMode:
+    """The placement an adapter with ``serde_config`` (built as ``processor``) runs in.
+
+    Split-tier when the config names a ``*_v_only`` serde or the processor leaves a slot absent;
+    a split-tier serde inside a chain raises :class:`SplitTierConfigError` (K would bypass the
+    other stages).
+    """
+    by_name = derive_storage_placement_mode([serde_config])
+    by_slots = placement_of_processor(processor)
+    if StoragePlacementMode.KV_SPLIT_TIER not in (by_name, by_slots):
+        return StoragePlacementMode.KV_TOGETHER
+    if isinstance(serde_config, (list, tuple)):
+        names = ", ".join(_serde_types(serde_config))
+        raise SplitTierConfigError(
+            f"a split-tier serde cannot be part of a chain ({names}): its K half stays in L1 and "
+            "would skip the other stages; configure it alone"
+        )
+    return StoragePlacementMode.KV_SPLIT_TIER
+
+
+@dataclass(frozen=True)
+class SplitSlots:
+    """Which group of a two-group object stays in L1 (K) and which the serde stores (V).
+
+    ``v_mapping`` is the serde's slot mapping renumbered for a one-group object holding V alone
+    (what the V half's serde wrapper sees), e.g. ``(None, 1)`` becomes ``(None, 0)``.
+    """
+
+    k_group: int
+    v_group: int
+    mapping: tuple[int | None, ...]
+    v_mapping: tuple[int | None, ...]
+
+
+def split_slots(processor: SerdeProcessor, serde_type: str) -> SplitSlots:
+    """The K/V groups of a split-tier serde; :class:`SplitTierConfigError` if it is not one.
+
+    Rule: the serde has an input slot mapping with exactly one present slot naming parent group
+    0 or 1 of a two-group (K, V) object, the other group being the one kept in L1, and its output
+    slot mapping is the same.
+    """
+    mapping = processor.input_slot_mapping()
+    out = processor.output_slot_mapping()
+    if mapping is None:
+        raise SplitTierConfigError(
+            f"serde '{serde_type}' is configured for split-tier placement (its name ends with "
+            f"'{SPLIT_TIER_TYPE_SUFFIX}') but has no slot mapping; a split-tier serde is a multi "
+            "serde that leaves the L1-resident slot absent, like (None, 1)"
+        )
+    mapping = tuple(mapping)
+    present = [g for g in mapping if g is not None]
+    if len(present) != 1 or present[0] not in (0, 1) or len(mapping) != 2:
+        raise SplitTierConfigError(
+            f"serde '{serde_type}': split-tier placement needs a two-slot mapping with exactly "
+            f"one present slot naming group 0 or 1 of a (K, V) object, got {mapping}"
+        )
+    if out is None or tuple(out) != mapping:
+        raise SplitTierConfigError(
+            f"serde '{serde_type}': split-tier placement needs the same input and output slot "
+            f"mappings, got {mapping} and {None if out is None else tuple(out)}"
+        )
+    v_group = present[0]
+    v_mapping = tuple(None if g is None else 0 for g in mapping)
+    return SplitSlots(k_group=1 - v_group, v_group=v_group, mapping=mapping, v_mapping=v_mapping)
+
+
+def derive_component_key(logical: ObjectKey, component: str) -> ObjectKey:
+    """The child key of ``logical`` for ``component`` (``"k"`` or ``"v"``).
+
+    The children of one key are distinct from each other and from every logical key, and keep
+    its ``model_name``, ``kv_rank``, ``object_group_id`` and ``cache_salt``.
+    """
+    marker = _COMPONENT_MARKERS.get(component)
+    if marker is None:
+        raise ValueError(f"component must be 'k' or 'v', got {component!r}")
+    return ObjectKey(logical.chunk_hash + marker, logical.model_name, logical.kv_rank,
+                     logical.object_group_id, logical.cache_salt)
+
+
+def parse_component_key(key: ObjectKey) -> tuple[ObjectKey, str] | None:
+    """``(logical key, component)`` of a child key, or ``None`` for any other key."""
+    for component, marker in _COMPONENT_MARKERS.items():
+        if key.chunk_hash.endswith(marker):
+            logical = ObjectKey(key.chunk_hash[: -len(marker)], key.model_name, key.kv_rank,
+                                key.object_group_id, key.cache_salt)
+            return logical, component
+    return None
+
+
+def _spec_is_split(spec: Mapping[str, Any]) -> bool:
+    if derive_storage_placement_mode([spec]) is StoragePlacementMode.KV_SPLIT_TIER:
+        return True
+    inner = spec.get("inner")
+    return isinstance(inner, Mapping) and _spec_is_split(inner)
+
+
+def check_split_tier_specs(specs: Sequence[Mapping[str, Any]]) -> None:
+    """Startup rule for a host that builds several L2 adapters from specs: a split-tier adapter
+    must be the only L2 adapter (its K halves live in the one L1 and its manifest names one L2).
+
+    Raises :class:`SplitTierConfigError` naming the offending adapters.
+    """
+    split = [i for i, spec in enumerate(specs) if isinstance(spec, Mapping) and _spec_is_split(spec)]
+    if split and len(specs) != 1:
+        types = ", ".join(f"#{i} {specs[i].get('type')!r}" for i in split)
+        raise SplitTierConfigError(
+            f"split-tier placement (a '*{SPLIT_TIER_TYPE_SUFFIX}' serde) needs exactly one L2 "
+            f"adapter, but {len(specs)} are configured (split-tier: {types}); keep the split-tier "
+            "adapter alone or use a serde that stores K and V together (e.g. asym_k16_v8)"
+        )

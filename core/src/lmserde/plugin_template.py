@@ -1,0 +1,289 @@
+"""The serde plugin template behind ``lmserde new-plugin NAME``.
+
+:func:`create_plugin` writes a ready-to-install distribution ``lmserde-NAME``: a ``pyproject.toml``
+declaring the ``lmcache.serde`` entry point and the range of cores it is built for, a serde module
+with declared options, a test module running the public conformance kit, and a README. The serde it
+starts with is complete and lossless (a byte copy followed by a CRC-32 trailer that loads verify),
+so the generated package installs and passes its tests before its author changes a line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from string import Template
+
+from packaging.version import Version
+
+from lmserde.compat import API_VERSION
+
+__all__ = ["NAME_PATTERN", "core_dependency_range", "create_plugin", "plugin_names"]
+
+#: A serde type name: what users write as ``"type"`` in configs (also the module suffix).
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def core_dependency_range(api_version: str = API_VERSION) -> str:
+    """The ``lmserde`` range a new plugin declares: this core's API series (``>=0.1,<0.2``)."""
+    v = Version(api_version)
+    if v.major == 0:
+        return f">={v.major}.{v.minor},<{v.major}.{v.minor + 1}"
+    return f">={v.major}.{v.minor},<{v.major + 1}"
+
+
+def plugin_names(name: str) -> dict[str, str]:
+    """Every name derived from the serde type ``name``; ``ValueError`` for an invalid one."""
+    if not NAME_PATTERN.match(name):
+        raise ValueError(
+            f"invalid serde name {name!r}: use 1-40 lowercase letters, digits and '_', "
+            "starting with a letter (it becomes the config 'type' and a Python module name)")
+    return {
+        "name": name,
+        "distribution": "lmserde-" + name.replace("_", "-"),
+        "package": f"lmserde_{name}",
+        "spec": f"{name.upper()}_SPEC",
+        "title": "".join(part.capitalize() for part in name.split("_")),
+        "core_range": core_dependency_range(),
+    }
+
+
+def create_plugin(name: str, directory: Path) -> list[Path]:
+    """Write the plugin ``name`` into ``directory`` (created; must not exist or be empty).
+
+    Returns the files written. Raises ``ValueError`` for a bad name or a non-empty directory.
+    """
+    values = plugin_names(name)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ValueError(f"{directory} already exists and is not an empty directory")
+    written: list[Path] = []
+    for relative, text in _FILES.items():
+        path = directory / Template(relative).substitute(values)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Template(text).substitute(values))
+        written.append(path)
+    return written
+
+
+_PYPROJECT = '''\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "$distribution"
+version = "0.1.0"
+description = "$name: a KV-cache serde for lmserde / LMCache L2 tiers"
+readme = "README.md"
+requires-python = ">=3.10"
+license = "Apache-2.0"
+# The range of lmserde cores this plugin is built for: lmserde refuses (and `lmserde plugins`
+# lists as incompatible) a plugin whose range excludes the installed core.
+dependencies = ["lmserde$core_range", "torch>=2.4"]
+
+[project.optional-dependencies]
+test = ["pytest>=7", "hypothesis>=6"]
+
+# The entry-point name is the "type" users write in configs.
+[project.entry-points."lmcache.serde"]
+$name = "$package.serde:$spec"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+
+[tool.setuptools.package-data]
+$package = ["py.typed"]
+'''
+
+_INIT = '''\
+"""$distribution: the ``$name`` serde (entry point ``$package.serde:$spec``)."""
+
+from $package.serde import $spec, ${title}Deserializer, ${title}Serializer
+
+__all__ = ["$spec", "${title}Deserializer", "${title}Serializer"]
+'''
+
+_SERDE = '''\
+"""The ``$name`` serde: each object's bytes followed by a CRC-32 trailer checked on load.
+
+Replace the bodies of ``serialize``/``deserialize`` (and the estimate) with your transform; keep
+the contracts: ``serialize`` returns the bytes written and never writes past the estimate,
+``deserialize`` takes the length from ``dst`` (the source may be longer than what was written)
+and raises on anything it cannot decode (the host turns that into a miss for that key).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import torch
+from lmserde import (
+    AsyncSerdeProcessor,
+    Deserializer,
+    MemoryLayoutDesc,
+    MemoryObj,
+    ObjectKey,
+    SerdeOption,
+    SerdeProcessor,
+    SerdeSizeContract,
+    SerdeSpec,
+    Serializer,
+    as_byte_tensor,
+    max_workers_option,
+)
+
+__all__ = ["$spec", "${title}Serializer", "${title}Deserializer"]
+
+TRAILER_BYTES = 4
+
+
+def _crc32(obj: MemoryObj, length: int) -> int:
+    """CRC-32 of the first ``length`` logical bytes of ``obj`` (read in place, no copy)."""
+    if length == 0:
+        return zlib.crc32(b"")
+    return zlib.crc32(memoryview(obj.byte_array).cast("B")[:length])
+
+
+def _trailer(crc: int) -> torch.Tensor:
+    return torch.tensor(list(crc.to_bytes(TRAILER_BYTES, "little")), dtype=torch.uint8)
+
+
+class ${title}Serializer(Serializer):
+    """Copies the object and appends the CRC-32 of its bytes."""
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        data = as_byte_tensor(src)
+        out = as_byte_tensor(dst)
+        n = data.numel()
+        if out.numel() < n + TRAILER_BYTES:
+            raise ValueError(f"$name: destination holds {out.numel()} bytes, need {n + TRAILER_BYTES}")
+        out[:n].copy_(data)
+        out[n : n + TRAILER_BYTES].copy_(_trailer(_crc32(src, n)))
+        return n + TRAILER_BYTES
+
+    def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
+        return layout_desc.nbytes + TRAILER_BYTES
+
+
+class ${title}Deserializer(Deserializer):
+    """Restores the bytes; with ``verify`` a wrong checksum is an error (a miss, never garbage)."""
+
+    def __init__(self, verify: bool) -> None:
+        self.verify = verify
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        out = as_byte_tensor(dst)
+        data = as_byte_tensor(src)
+        n = out.numel()
+        if data.numel() < n + TRAILER_BYTES:
+            raise ValueError(f"$name: source holds {data.numel()} bytes, need {n + TRAILER_BYTES}")
+        if self.verify:
+            stored = int.from_bytes(bytes(data[n : n + TRAILER_BYTES].tolist()), "little")
+            if stored != _crc32(src, n):
+                raise ValueError(f"$name: checksum mismatch for {key!r}: the object is corrupt")
+        out.copy_(data[:n])
+
+
+def _create(kwargs: dict[str, Any]) -> SerdeProcessor:
+    # kwargs holds every declared option, validated, defaults filled in
+    return AsyncSerdeProcessor(${title}Serializer(), ${title}Deserializer(kwargs["verify"]),
+                               kwargs["max_workers"], serde_type="$name")
+
+
+$spec = SerdeSpec(
+    factory=_create,
+    description="Byte copy with a CRC-32 trailer verified on load",
+    options=(
+        SerdeOption("verify", bool, True, "check the CRC-32 trailer on load"),
+        max_workers_option(1),
+    ),
+    size_contract=SerdeSizeContract.EXACT,
+    lossy=False,
+)
+'''
+
+_TESTS = '''\
+"""The public conformance kit against the installed ``$name`` entry point, plus its own checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lmserde import (
+    MemoryLayoutDesc,
+    ObjectKey,
+    SerdeConfig,
+    TensorMemoryObj,
+    create_serde_processor,
+)
+from lmserde.testing import SerdeConformance, random_object, wait_for_result
+
+
+class Test${title}Conformance(SerdeConformance):
+    serde_type = "$name"
+    serde_kwargs = {"verify": True}
+    detects_corruption = True  # the CRC-32 trailer rejects garbage
+
+
+def test_unknown_option_is_rejected_with_a_suggestion() -> None:
+    with pytest.raises(ValueError, match="verfy.*verify"):
+        create_serde_processor(SerdeConfig("$name", {"verfy": False}))
+
+
+def test_a_flipped_byte_fails_the_load() -> None:
+    layout = MemoryLayoutDesc([[8, 16]], [torch.float16])
+    proc = create_serde_processor(SerdeConfig("$name"))
+    try:
+        src = random_object(layout, 1)
+        temp = TensorMemoryObj.allocate(MemoryLayoutDesc([[layout.nbytes + 4]], [torch.uint8]))
+        key = ObjectKey(b"chunk-hash", "model", 0, 0, "tenant")
+        task = proc.submit_serialize([src], [temp], [key])
+        assert wait_for_result(proc, task, serialize=True)
+        temp.raw_data[5] ^= 0x01
+        out = TensorMemoryObj.allocate(layout)
+        task = proc.submit_deserialize([temp], [out], [key])
+        assert not wait_for_result(proc, task, serialize=False)
+    finally:
+        proc.close()
+'''
+
+_README = '''\
+# $distribution
+
+The `$name` serde for [lmserde](https://pypi.org/project/lmserde/) L2 tiers, made with
+`lmserde new-plugin $name`. It starts as a lossless byte copy with a CRC-32 trailer that loads
+verify; replace the transform in `src/$package/serde.py` with yours.
+
+## Use
+
+```
+pip install .                               # from this directory (or a wheel: python -m build)
+lmserde plugins                             # lists $name
+```
+
+```json
+{"type": "fs", "base_path": "/var/cache/kv", "serde": {"type": "$name", "verify": true}}
+```
+
+Options: `verify` (bool, default `true`): check the trailer on load; `max_workers` (int, default 1).
+
+## Develop
+
+```
+python -m venv .venv && . .venv/bin/activate
+pip install -e ".[test]"     # pytest comes with the test extra
+pytest                       # runs lmserde's conformance kit on the installed entry point
+```
+
+The entry point (`[project.entry-points."lmcache.serde"]` in `pyproject.toml`) names the config
+type; the dependency range on `lmserde` names the cores this plugin is built for.
+'''
+
+_FILES: dict[str, str] = {
+    "pyproject.toml": _PYPROJECT,
+    "README.md": _README,
+    "src/$package/__init__.py": _INIT,
+    "src/$package/py.typed": "",
+    "src/$package/serde.py": _SERDE,
+    "tests/test_$name.py": _TESTS,
+}

@@ -1,0 +1,39 @@
+"""The public API of ``lmserde_aesgcm``: the one table of its lazily loaded exports.
+
+``__init__.py`` hands this stub to ``lazy_loader.attach_stub``: each name is imported from its
+module on first access, so importing a submodule (the CLI hook module ``lmserde_aesgcm.cli``,
+which ``lmserde`` loads as a hook plugin) does not import the serde or ``cryptography``. Type
+checkers read the same file.
+"""
+
+from .cipher_cache import CipherCache as CipherCache
+from .errors import FrameAuthenticationError as FrameAuthenticationError
+from .errors import FrameFormatError as FrameFormatError
+from .errors import KeyFileError as KeyFileError
+from .errors import KeyProviderError as KeyProviderError
+from .errors import KeyringError as KeyringError
+from .errors import UnknownKeyVersionError as UnknownKeyVersionError
+from .errors import UnknownTenantError as UnknownTenantError
+from .hkdf_provider import HKDF_KEY_VERSION as HKDF_KEY_VERSION
+from .hkdf_provider import HkdfKeyProvider as HkdfKeyProvider
+from .key_derivation import INFO_PREFIX as INFO_PREFIX
+from .key_derivation import derive_key as derive_key
+from .key_file import read_master_key_file as read_master_key_file
+from .key_provider import KeyProvider as KeyProvider
+from .keygen import add_keyring_version as add_keyring_version
+from .keygen import set_keyring_current as set_keyring_current
+from .keygen import write_master_key as write_master_key
+from .keyring import Keyring as Keyring
+from .keyring import TenantKeys as TenantKeys
+from .keyring import parse_keyring as parse_keyring
+from .keyring_provider import KeyringKeyProvider as KeyringKeyProvider
+from .provider_hooks import KeyProviderHookSpecs as KeyProviderHookSpecs
+from .provider_hooks import provider_names as provider_names
+from .serde import DEFAULT_FRAME_VERSION as DEFAULT_FRAME_VERSION
+from .serde import AesGcmDeserializer as AesGcmDeserializer
+from .serde import AesGcmSerializer as AesGcmSerializer
+from .serde import frame_overhead as frame_overhead
+from .spec import AESGCM_SPEC as AESGCM_SPEC
+from .spec import OPTIONS as OPTIONS
+from .spec import build_key_provider as build_key_provider
+from .spec import create_aesgcm_processor as create_aesgcm_processor

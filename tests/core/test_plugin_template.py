@@ -1,0 +1,72 @@
+"""``lmserde new-plugin NAME``: the generated package installs and passes its own tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from lmserde.cli.main import main
+from lmserde.compat import API_VERSION, core_requirement
+from lmserde.plugin_template import core_dependency_range, create_plugin, plugin_names
+from packaging.version import Version
+
+
+def test_names_derived_from_the_serde_type() -> None:
+    names = plugin_names("zstd_fast")
+    assert names["distribution"] == "lmserde-zstd-fast"
+    assert names["package"] == "lmserde_zstd_fast"
+    assert names["spec"] == "ZSTD_FAST_SPEC" and names["title"] == "ZstdFast"
+
+
+@pytest.mark.parametrize("bad", ["", "Upper", "9lives", "with-dash", "x" * 41, "a b"])
+def test_invalid_names_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid serde name"):
+        plugin_names(bad)
+
+
+def test_core_range_is_this_cores_api_series() -> None:
+    assert core_dependency_range("0.1.0") == ">=0.1,<0.2"
+    assert core_dependency_range("1.4.2") == ">=1.4,<2"
+    req = core_requirement([f"lmserde{core_dependency_range()}"])
+    assert req is not None and req.specifier.contains(Version(API_VERSION))
+
+
+def test_cli_writes_the_package_and_refuses_an_occupied_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "p"
+    assert main(["new-plugin", "crcdemo", "--directory", str(target)]) == 0
+    assert "created lmserde-crcdemo" in capsys.readouterr().out
+    project = tomllib.loads((target / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "lmserde-crcdemo"
+    assert project["entry-points"]["lmcache.serde"] == {"crcdemo": "lmserde_crcdemo.serde:CRCDEMO_SPEC"}
+    assert f"lmserde{core_dependency_range()}" in project["dependencies"]
+    assert "pytest>=7" in project["optional-dependencies"]["test"]
+    for rel in ("README.md", "src/lmserde_crcdemo/serde.py", "src/lmserde_crcdemo/py.typed",
+                "tests/test_crcdemo.py"):
+        assert (target / rel).is_file(), rel
+    assert main(["new-plugin", "crcdemo", "--directory", str(target)]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+    assert main(["new-plugin", "Bad-Name", "--directory", str(tmp_path / "q")]) == 2
+    assert not (tmp_path / "q").exists()
+
+
+def test_generated_plugin_installs_and_passes_its_conformance_tests(tmp_path: Path) -> None:
+    source = tmp_path / "lmserde-crcdemo"
+    create_plugin("crcdemo", source)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--no-build-isolation", "--target", str(site), str(source)],
+                   check=True, capture_output=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    listed = subprocess.run([sys.executable, "-m", "lmserde.cli.main", "plugins"], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert "crcdemo" in listed.stdout and "lmserde-crcdemo" in listed.stdout, listed.stderr
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             str(source / "tests")], cwd=source, env=env, capture_output=True,
+                            text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout

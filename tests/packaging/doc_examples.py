@@ -1,0 +1,18 @@
+"""Runnable examples in the docs: a fenced ``python`` block right after ``<!-- example: NAME ... -->``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_BLOCK = r"<!-- example: {name}\b[^>]*-->\s*```python\n(.*?)\n```"
+
+
+def doc_example(relative_path: str, name: str) -> str:
+    """The source of example ``name`` in ``relative_path`` (``LookupError`` when it is missing)."""
+    text = (REPO / relative_path).read_text(encoding="utf-8")
+    match = re.search(_BLOCK.format(name=re.escape(name)), text, re.DOTALL)
+    if match is None:
+        raise LookupError(f"{relative_path} has no example '{name}'")
+    return match.group(1) + "\n"
