@@ -1,5 +1,5 @@
-"""The shared native build of lmserde-fp8 and lmserde-turboquant: one helper, the same flags, and
-no silent fallback (a warning, or an error with ``LMSERDE_REQUIRE_NATIVE=1``)."""
+"""The shared native build of lmserde-fp8, lmserde-turboquant and lmserde-zstd: one helper, the
+same flags, and no silent fallback (a warning, or an error with ``LMSERDE_REQUIRE_NATIVE=1``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ CANONICAL = ROOT / "tools" / "lmserde_native_build.py"
 PLUGINS = {  # plugin directory -> (distribution, extension module)
     "fp8": ("lmserde-fp8", "lmserde_fp8._fastcodec"),
     "turboquant": ("lmserde-turboquant", "lmserde_turboquant._native"),
+    "zstd": ("lmserde-zstd", "lmserde_zstd._planes"),
 }
 
 
@@ -67,7 +68,7 @@ def _build(plugin: str, tmp_path: Path, **env: str) -> tuple[subprocess.Complete
     cc.chmod(0o755)
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("LMSERDE_REQUIRE_NATIVE", "LMSERDE_FP8_NO_EXTENSION",
-                             "LMSERDE_TURBOQUANT_NO_EXTENSION")}
+                             "LMSERDE_TURBOQUANT_NO_EXTENSION", "LMSERDE_ZSTD_NO_EXTENSION")}
     full_env.update(CC=str(cc), LDSHARED=f"{cc} -shared", **env)
     result = subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
@@ -98,7 +99,7 @@ def test_both_plugins_compile_with_the_same_flags_and_warn_when_not_built(
         flags = _flags(calls[0])
         assert flags[-len(compile_args):] == compile_args, calls[0]  # ours come last and win
         seen[plugin] = flags[-len(compile_args):]
-    assert seen["fp8"] == seen["turboquant"]
+    assert seen["fp8"] == seen["turboquant"] == seen["zstd"]
 
 
 @pytest.mark.parametrize("plugin", sorted(PLUGINS))
@@ -130,6 +131,6 @@ def test_native_codecs_are_built_when_required() -> None:
         pytest.skip("LMSERDE_REQUIRE_NATIVE is not set")
     from lmserde import get_serde_spec
 
-    for serde in ("fp8", "turboquant"):
+    for serde in ("fp8", "turboquant", "zstd"):
         status = get_serde_spec(serde).describe_native()
         assert status is not None and status.get("built") is True, f"{serde}: {status}"

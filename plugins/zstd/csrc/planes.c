@@ -286,7 +286,7 @@ static PyObject *py_set_portable(PyObject *self, PyObject *arg) {
 static PyObject *py_simd(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
-    return PyUnicode_FromString(PLANES_HAVE_SSE2 && !g_portable_only ? "sse2" : "portable");
+    return PyUnicode_FromString(PLANES_HAVE_SSE2 && !g_portable_only ? "sse2" : "scalar");
 }
 
 static PyMethodDef methods[] = {
@@ -294,7 +294,7 @@ static PyMethodDef methods[] = {
     {"merge", py_merge, METH_VARARGS, merge_doc},
     {"set_portable", py_set_portable, METH_O,
      "set_portable(flag): True runs the portable scalar loop only (tests compare both paths)."},
-    {"simd", py_simd, METH_NOARGS, "The kernel in use: 'sse2' or 'portable'."},
+    {"simd", py_simd, METH_NOARGS, "The kernel in use: 'sse2' or 'scalar'."},
     {NULL, NULL, 0, NULL},
 };
 

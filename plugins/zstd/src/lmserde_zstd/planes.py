@@ -1,9 +1,10 @@
 """Byte-plane split and merge: plane ``p`` holds byte ``p`` of every element.
 
 The native kernel (``lmserde_zstd._planes``, ``csrc/planes.c``: SSE2 on x86-64, a scalar loop
-elsewhere) is used when it was built; otherwise a numpy strided copy writes the same bytes,
-several times slower. ``LMSERDE_ZSTD_NATIVE=0`` (read at import) or :func:`set_native_enabled`
-turns the native kernel off. Element sizes: 1, 2, 4, 8.
+elsewhere) is used when it was built; otherwise a torch strided copy (on the same memory, no
+conversion) writes the same bytes, several times slower. ``LMSERDE_ZSTD_NATIVE=0`` (read at
+import) or :func:`set_native_enabled` turns the native kernel off; :func:`native_status` says
+which runs. Element sizes: 1, 2, 4, 8.
 
 Both functions take ``uint8`` numpy arrays (contiguous) and check every length before a byte
 moves: a call can neither read nor write outside the arrays it is given.
@@ -12,21 +13,30 @@ moves: a call can neither read nor write outside the arrays it is given.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["ELEMENT_SIZES", "merge", "native_available", "set_native_enabled", "split"]
+__all__ = ["ELEMENT_SIZES", "merge", "native_available", "native_status", "set_native_enabled",
+           "split"]
 
 #: Element sizes the split supports.
 ELEMENT_SIZES = (1, 2, 4, 8)
 
 
+_import_error: str | None = None
+
+
 def _load() -> ModuleType | None:
+    global _import_error
     try:
         from lmserde_zstd import _planes  # type: ignore[attr-defined]
-    except ImportError:
+    except ImportError as exc:
+        _import_error = f"{type(exc).__name__}: {exc}"
         return None
     return _planes
 
@@ -41,9 +51,31 @@ def native_available() -> bool:
 
 
 def set_native_enabled(enabled: bool) -> None:
-    """Use (or stop using) the native kernel process-wide; the numpy path writes the same bytes."""
+    """Use (or stop using) the native kernel process-wide; the torch path writes the same bytes."""
     global _enabled
     _enabled = bool(enabled)
+
+
+def native_status() -> dict[str, Any]:
+    """What this process runs, in the vocabulary the plugins share: ``backend`` (``"native"`` or
+    ``"torch"``), ``simd`` (``"sse2"`` or ``"scalar"``; ``None`` when not built), ``built`` and, on
+    the torch backend, the ``reason``."""
+    if _native is None:
+        return {"backend": "torch", "simd": None, "built": False,
+                "reason": "the native extension lmserde_zstd._planes is not built "
+                          f"({_import_error}); reinstall lmserde-zstd with a C compiler"}
+    simd = str(_native.simd())
+    if not _enabled:
+        return {"backend": "torch", "simd": simd, "built": True,
+                "reason": "disabled (LMSERDE_ZSTD_NATIVE=0 or set_native_enabled(False))"}
+    return {"backend": "native", "simd": simd, "built": True}
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """``array``'s memory as a tensor (read-only arrays too: the fallback only reads those)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "the given NumPy array is not writable"
+        return torch.from_numpy(array)
 
 
 def _check(element_size: int, count: int, planes: Sequence[np.ndarray]) -> None:
@@ -65,9 +97,9 @@ def split(src: np.ndarray, element_size: int, planes: Sequence[np.ndarray]) -> i
     if native_available():
         assert _native is not None
         return int(_native.split(src, element_size, planes))
-    grid = src[:count * element_size].reshape(count, element_size)
+    grid = _tensor(src[:count * element_size]).view(count, element_size)
     for p, plane in enumerate(planes):
-        plane[:count] = grid[:, p]
+        _tensor(plane[:count]).copy_(grid[:, p])
     return count
 
 
@@ -80,7 +112,7 @@ def merge(planes: Sequence[np.ndarray], element_size: int, dst: np.ndarray) -> i
     if native_available():
         assert _native is not None
         return int(_native.merge(planes, element_size, dst))
-    grid = dst[:count * element_size].reshape(count, element_size)
+    grid = _tensor(dst[:count * element_size]).view(count, element_size)
     for p, plane in enumerate(planes):
-        grid[:, p] = plane[:count]
+        grid[:, p].copy_(_tensor(plane[:count]))
     return count

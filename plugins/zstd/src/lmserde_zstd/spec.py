@@ -20,6 +20,7 @@ from lmserde import (
     max_workers_option,
 )
 
+from lmserde_zstd import planes
 from lmserde_zstd.frame import VERSION, Shuffle
 from lmserde_zstd.serde import (
     CODECS,
@@ -98,4 +99,5 @@ ZSTD_SPEC = SerdeSpec(
     consumes_hint="encrypted bytes look random and do not compress: put zstd before the "
                   "encryption stage ([zstd, aesgcm])",
     format_version=VERSION,
+    native_status=planes.native_status,
 )
