@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     # registry and specs
     "SerdeSizeContract": "lmserde.spec",
     "SerdeSpec": "lmserde.spec",
+    "SerdePair": "lmserde.spec",
     "DataKind": "lmserde.data_kind",
     "SerdeOption": "lmserde.options",
     "max_workers_option": "lmserde.options",
@@ -120,4 +121,4 @@ if TYPE_CHECKING:  # static view of the lazy exports
         get_serde_spec,
         register_serde_factory,
     )
-    from lmserde.spec import SerdeSizeContract, SerdeSpec
+    from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
