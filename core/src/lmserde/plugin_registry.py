@@ -22,26 +22,43 @@ from lmserde.containment import describe_exception, must_propagate
 from lmserde.install_hints import install_hint
 from lmserde.plugin_discovery import DISABLE_ENV, EntryPointGroup, PluginLoadError, PluginRecord
 
-__all__ = ["SpecRegistry", "RegistryEntry"]
+__all__ = ["SpecRegistry", "RegistryEntry", "PluginInfo", "spec_from_entry_object"]
 
 S = TypeVar("S")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class RegistryEntry(Generic[S]):
-    """One name as listed: origin, status, description, the spec when loaded, the error if any.
+def spec_from_entry_object(spec_type: type[T], obj: Any, what: str) -> T:
+    """``obj`` if it is a ``spec_type``; a plain factory callable wrapped in one (its docstring's
+    first line as description, ``options=None``: it receives the config untouched); else
+    ``TypeError`` (``what`` names the entry point, e.g. ``"a serde"``)."""
+    if isinstance(obj, spec_type):
+        return obj
+    if callable(obj):
+        return spec_type(factory=obj,  # type: ignore[call-arg]
+                         description=(obj.__doc__ or "").strip().split("\n")[0], options=None)
+    raise TypeError(f"{what} entry point must name an lmserde.{spec_type.__name__} or a factory "
+                    f"callable, got {type(obj).__name__}")
 
-    ``builtin`` carries what core knows about its own entry points without importing them.
-    """
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One name as listed for users: origin, status, description and the error if any."""
 
     name: str
     distribution: str
     version: str
     status: str
     description: str
-    spec: S | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class RegistryEntry(PluginInfo, Generic[S]):
+    """A :class:`PluginInfo` with the spec when loaded and, for core's own entry points, what
+    core knows about them without importing (``builtin``)."""
+
+    spec: S | None = None
     builtin: BuiltinFacts | None = None
 
 
@@ -176,7 +193,7 @@ class SpecRegistry(Generic[S]):
             programmatic = dict(self._programmatic)
         entries = [self._entry(record, load) for record in records]
         entries += [RegistryEntry(name, "(programmatic)", "", "registered", self._describe(spec),
-                                  spec) for name, spec in programmatic.items()]
+                                  spec=spec) for name, spec in programmatic.items()]
         return entries
 
     def _entry(self, record: PluginRecord, load: bool) -> RegistryEntry[S]:
@@ -198,7 +215,7 @@ class SpecRegistry(Generic[S]):
         elif record.error is not None:
             error = f"{type(record.error).__name__}: {record.error}"
         return RegistryEntry(record.name, record.distribution, record.version, record.status,
-                             description, spec, error, builtin)
+                             description, error, spec, builtin)
 
     @property
     def _title(self) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmserde.install_hints import SERDE_GROUP
 from lmserde.plugin_discovery import PluginLoadError
+from lmserde.plugin_registry import PluginInfo
 from lmserde.registries import SERDES
 from lmserde.spec import SerdeFactory, SerdeSizeContract, SerdeSpec
 
@@ -34,15 +35,10 @@ __all__ = [
 ]
 
 @dataclass(frozen=True)
-class SerdeInfo:
-    """What ``lmserde plugins`` lists for one serde type."""
+class SerdeInfo(PluginInfo):
+    """What ``lmserde plugins`` lists for one serde type (its size contract and lossiness once
+    loaded, or for core's own serdes)."""
 
-    name: str
-    distribution: str
-    version: str
-    status: str
-    description: str
-    error: str | None = None
     size_contract: str | None = None
     lossy: bool | None = None
 
@@ -69,29 +65,16 @@ def register_serde_factory(
     SERDES.register(name, spec)
 
 
-def unregister_serde_factory(name: str) -> None:
-    """Remove a programmatically registered serde (plugins cannot be unregistered)."""
-    SERDES.unregister(name)
-
-
-def rescan_serde_plugins() -> None:
-    """Forget the entry-point scan; the next lookup reads installed metadata again."""
-    SERDES.rescan()
-
-
-def get_registered_serde_types() -> list[str]:
-    """Every known serde type: discovered plugins (metadata order), then programmatic ones."""
-    return SERDES.names()
-
-
-def get_serde_spec(serde_type: str) -> SerdeSpec:
-    """The spec of ``serde_type``, importing its plugin if needed.
-
-    Raises ``ValueError`` for an unknown type (with an install hint for the serdes of this
-    repository) and :class:`PluginLoadError` (a ``ValueError``) when the plugin cannot be
-    imported.
-    """
-    return SERDES.get(serde_type)
+#: Remove a programmatically registered serde (plugins cannot be unregistered).
+unregister_serde_factory = SERDES.unregister
+#: Forget the entry-point scan; the next lookup reads installed metadata again.
+rescan_serde_plugins = SERDES.rescan
+#: Every known serde type: discovered plugins (metadata order), then programmatic ones.
+get_registered_serde_types = SERDES.names
+#: The spec of a serde type, importing its plugin if needed: ``ValueError`` for an unknown type
+#: (with an install hint for the serdes of this repository), :class:`PluginLoadError` (a
+#: ``ValueError``) when the plugin cannot be imported.
+get_serde_spec = SERDES.get
 
 
 def get_serde_size_contract(serde_type: str) -> SerdeSizeContract:

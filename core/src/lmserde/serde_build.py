@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
-from lmserde.registry import SERDES
+from lmserde.registries import SERDES
 from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
 
 __all__ = ["as_serde_config", "resolve_serde", "ResolvedSerde", "BuiltPair"]

@@ -156,12 +156,6 @@ class SerdeSpec:
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:
         """Accept a ``SerdeSpec`` or a plain upstream-style ``factory(kwargs)`` callable."""
-        if isinstance(obj, SerdeSpec):
-            return obj
-        if callable(obj):
-            return cls(factory=obj, description=(obj.__doc__ or "").strip().split("\n")[0],
-                       options=None)
-        raise TypeError(
-            f"a serde entry point must name a SerdeSpec or a factory callable, got "
-            f"{type(obj).__name__}"
-        )
+        from lmserde.plugin_registry import spec_from_entry_object
+
+        return spec_from_entry_object(cls, obj, "a serde")

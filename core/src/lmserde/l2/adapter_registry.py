@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.l2.adapter_spec import L2AdapterFactory, L2AdapterSpec
+from lmserde.plugin_registry import PluginInfo
 from lmserde.registries import L2_ADAPTERS
 
 __all__ = [
@@ -27,16 +28,10 @@ __all__ = [
 ]
 
 @dataclass(frozen=True)
-class L2AdapterInfo:
-    """One adapter type as listed for users."""
+class L2AdapterInfo(PluginInfo):
+    """One adapter type as listed for users (whether it reports stored sizes, once loaded)."""
 
-    name: str
-    distribution: str
-    version: str
-    status: str
-    description: str
     reports_object_sizes: bool | None = None
-    error: str | None = None
 
 
 def register_l2_adapter_type(
@@ -61,35 +56,19 @@ def register_l2_adapter_type(
     L2_ADAPTERS.register(name, spec)
 
 
-def unregister_l2_adapter_type(name: str) -> None:
-    """Remove a programmatically registered type (plugins cannot be unregistered)."""
-    L2_ADAPTERS.unregister(name)
-
-
-def rescan_l2_adapter_plugins() -> None:
-    """Forget the entry-point scan; the next lookup reads installed metadata again."""
-    L2_ADAPTERS.rescan()
-
-
-def get_registered_l2_adapter_types() -> list[str]:
-    """Every known adapter type: discovered plugins (metadata order), then programmatic ones."""
-    return L2_ADAPTERS.names()
-
-
-def get_l2_adapter_spec(adapter_type: str) -> L2AdapterSpec:
-    """The spec of ``adapter_type``, importing its plugin if needed.
-
-    Unknown types raise ``ValueError`` listing the known ones (with an install hint for the
-    adapters of this repository); a plugin that cannot be imported raises
-    :class:`~lmserde.PluginLoadError` (a ``ValueError``).
-    """
-    return L2_ADAPTERS.get(adapter_type)
-
-
-def describe_l2_adapter_origin(adapter_type: str) -> str:
-    """Where ``adapter_type`` comes from: ``"from distribution NAME VERSION"`` or
-    ``"registered programmatically"``."""
-    return L2_ADAPTERS.origin(adapter_type)
+#: Remove a programmatically registered type (plugins cannot be unregistered).
+unregister_l2_adapter_type = L2_ADAPTERS.unregister
+#: Forget the entry-point scan; the next lookup reads installed metadata again.
+rescan_l2_adapter_plugins = L2_ADAPTERS.rescan
+#: Every known adapter type: discovered plugins (metadata order), then programmatic ones.
+get_registered_l2_adapter_types = L2_ADAPTERS.names
+#: The spec of an adapter type, importing its plugin if needed: ``ValueError`` for an unknown
+#: type (with an install hint for the adapters of this repository),
+#: :class:`~lmserde.PluginLoadError` (a ``ValueError``) when the plugin cannot be imported.
+get_l2_adapter_spec = L2_ADAPTERS.get
+#: Where a type comes from: ``"from distribution NAME VERSION"``, ``"registered
+#: programmatically"`` or ``"of unknown origin"``.
+describe_l2_adapter_origin = L2_ADAPTERS.origin
 
 
 def list_l2_adapters(*, load: bool = False) -> list[L2AdapterInfo]:
@@ -97,6 +76,6 @@ def list_l2_adapters(*, load: bool = False) -> list[L2AdapterInfo]:
 
     Never raises for a broken plugin: its failure is reported in the entry.
     """
-    return [L2AdapterInfo(e.name, e.distribution, e.version, e.status, e.description,
-                          e.spec.reports_object_sizes if e.spec is not None else None, e.error)
+    return [L2AdapterInfo(e.name, e.distribution, e.version, e.status, e.description, e.error,
+                          e.spec.reports_object_sizes if e.spec is not None else None)
             for e in L2_ADAPTERS.entries(load=load)]

@@ -45,7 +45,7 @@ from lmserde.multi import (
     layout_desc_to_group,
 )
 from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
-from lmserde.registry import get_serde_spec
+from lmserde.registries import SERDES
 from lmserde.serde_build import BuiltPair, ResolvedSerde, as_serde_config
 from lmserde.spec import SerdeSizeContract
 
@@ -378,7 +378,7 @@ def resolve_chain(configs: Sequence[SerdeConfig | Mapping[str, Any]]) -> list[Re
     resolved: list[ResolvedSerde] = []
     for position, config in enumerate(configs, start=1):
         parsed = as_serde_config(config)
-        spec = get_serde_spec(parsed.type)
+        spec = SERDES.get(parsed.type)
         try:
             options = spec.validate(parsed.type, parsed.kwargs)
         except ValueError as exc:
