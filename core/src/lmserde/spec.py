@@ -135,10 +135,13 @@ class SerdeSpec:
                 f"pair_factory must return an lmserde.SerdePair, got {type(pair).__name__}")
         return pair
 
-    @staticmethod
-    def workers(options: Mapping[str, Any]) -> int:
-        """The worker threads validated ``options`` ask for (``max_workers``, default 1)."""
-        return int(options.get("max_workers", 1))
+    def workers(self, options: Mapping[str, Any]) -> int:
+        """The worker threads ``options`` ask for: ``max_workers``, else the declared default of
+        that option, else 1."""
+        if "max_workers" in options:
+            return int(options["max_workers"])
+        declared = next((o for o in self.options or () if o.name == "max_workers"), None)
+        return int(declared.default) if declared is not None else 1
 
     def create_processor(self, serde_type: str, options: dict[str, Any]) -> SerdeProcessor:
         """The processor for validated ``options``: ``factory(options)``, or the one place core

@@ -116,14 +116,12 @@ def _asym_v_only_pair(kwargs: dict[str, Any]) -> SerdePair:
 
 def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
     """The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4)."""
-    return ASYM_K16_V8_SPEC.create_processor(
-        "asym_k16_v8", {"max_workers": DEFAULT_MAX_WORKERS, **kwargs})
+    return ASYM_K16_V8_SPEC.create_processor("asym_k16_v8", kwargs)
 
 
 def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
     """The ``asym_k16_v8_v_only`` processor core builds from its pair."""
-    return ASYM_K16_V8_V_ONLY_SPEC.create_processor(
-        "asym_k16_v8_v_only", {"max_workers": DEFAULT_MAX_WORKERS, **kwargs})
+    return ASYM_K16_V8_V_ONLY_SPEC.create_processor("asym_k16_v8_v_only", kwargs)
 
 
 ASYM_K16_V8_SPEC = SerdeSpec(
