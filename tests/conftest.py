@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from lmserde.hooks import reset_plugin_manager
+from lmserde.registries import L2_ADAPTERS
 from lmserde.registry import rescan_serde_plugins
 
 # Property tests check behaviour, not speed: no per-example deadline (a loaded CI machine would
@@ -74,6 +75,7 @@ def plugin_site(tmp_path: Path) -> Iterator[Callable[..., Path]]:
             added.append(str(target))
         importlib.invalidate_caches()
         rescan_serde_plugins()
+        L2_ADAPTERS.rescan()
         reset_plugin_manager()
         return target
 
@@ -85,4 +87,5 @@ def plugin_site(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         if m.startswith("lmserde_testplugin"):
             del sys.modules[m]
     rescan_serde_plugins()
+    L2_ADAPTERS.rescan()
     reset_plugin_manager()

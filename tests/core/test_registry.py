@@ -51,7 +51,7 @@ def test_unknown_type_lists_registered_types() -> None:
 
 def test_unknown_type_of_a_shipped_plugin_gets_a_pip_hint(monkeypatch: Any) -> None:
     # simulate an environment where the plugin distribution is not installed
-    monkeypatch.setattr(registry, "_group", EntryPointGroup("lmserde.tests.empty-group"))
+    monkeypatch.setattr(registry.SERDES, "_group", EntryPointGroup("lmserde.tests.empty-group"))
     with pytest.raises(ValueError, match=r"pip install --find-links DIR lmserde-turboquant \(DIR: "
                                          r"wheels built by `nox -s build`.*pip install \./plugins/"):
         create_serde_processor(SerdeConfig("turboquant"))

@@ -50,5 +50,6 @@ from .registry import get_registered_serde_types as get_registered_serde_types
 from .registry import get_serde_size_contract as get_serde_size_contract
 from .registry import get_serde_spec as get_serde_spec
 from .registry import register_serde_factory as register_serde_factory
+from .spec import SerdePair as SerdePair
 from .spec import SerdeSizeContract as SerdeSizeContract
 from .spec import SerdeSpec as SerdeSpec

@@ -7,11 +7,15 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
+from lmserde.spec import SerdePair, SerdeSizeContract
+
+if TYPE_CHECKING:
+    from lmserde.processor import TaskOutcome
 
 __all__ = ["SerdeTaskId", "Serializer", "Deserializer", "SerdeProcessor", "SerdeConfig"]
 
@@ -97,6 +101,16 @@ class SerdeProcessor(ABC):
 
     _lmserde_config: dict[str, Any] | None = None
 
+    #: The type name the processor was built for (names threads, logs and the default config).
+    serde_type: str | None = None
+    #: The declared size contract; the registry attaches the spec's to what it builds. ``None``:
+    #: unknown here (the serde wrapper then asks the registry for ``serde_type``'s).
+    size_contract: SerdeSizeContract | None = None
+    #: Whether :meth:`query_serialize_outcome` / :meth:`query_deserialize_outcome` give per-item
+    #: outcomes (:class:`~lmserde.AsyncSerdeProcessor` does). Without them a failed task fails
+    #: every item of its batch.
+    reports_item_outcomes: bool = False
+
     @abstractmethod
     def get_serialize_event_fd(self) -> int:
         """The fd that becomes readable when a serialize task finishes.
@@ -172,7 +186,7 @@ class SerdeProcessor(ABC):
         """
         if self._lmserde_config is not None:
             return copy.deepcopy(self._lmserde_config)
-        serde_type = getattr(self, "serde_type", None)
+        serde_type = self.serde_type
         return {"type": serde_type if isinstance(serde_type, str) else type(self).__name__}
 
     def set_config(self, config: Mapping[str, Any]) -> None:
@@ -193,6 +207,24 @@ class SerdeProcessor(ABC):
         ``deserialize`` anyway). Default ``False``.
         """
         return False
+
+    def serde_pair(self) -> SerdePair | None:
+        """The synchronous serializer/deserializer pair this processor runs, if it runs one.
+
+        A serde chain runs the pairs of its stages; a processor that answers ``None`` (the
+        default) cannot be a chain stage unless its spec has a ``pair_factory``.
+        """
+        return None
+
+    def query_serialize_outcome(self, task_id: SerdeTaskId) -> TaskOutcome | None:
+        """Like :meth:`query_serialize_result`, with per-item outcomes (only when
+        :attr:`reports_item_outcomes`; ``NotImplementedError`` otherwise)."""
+        raise NotImplementedError(f"{type(self).__name__} does not report per-item outcomes")
+
+    def query_deserialize_outcome(self, task_id: SerdeTaskId) -> TaskOutcome | None:
+        """Like :meth:`query_deserialize_result`, with per-item outcomes (only when
+        :attr:`reports_item_outcomes`; ``NotImplementedError`` otherwise)."""
+        raise NotImplementedError(f"{type(self).__name__} does not report per-item outcomes")
 
     def serializer_group_size(self) -> int | None:
         """Group arity of a multi serde; ``None`` for a single-tensor serde."""

@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 
-from lmserde.base import Deserializer, SerdeProcessor, Serializer
+from lmserde.base import Deserializer, Serializer
+from lmserde.builtin_plugins import BUILTIN_FACTS
+from lmserde.install_hints import SERDE_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import max_workers_option
-from lmserde.processor import AsyncSerdeProcessor
-from lmserde.spec import SerdeSizeContract, SerdeSpec
+from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
 
 __all__ = ["IdentitySerializer", "IdentityDeserializer", "IDENTITY_SPEC"]
 
@@ -65,14 +66,13 @@ class IdentityDeserializer(Deserializer):
             _copy_bytes(out, as_byte_tensor(src)[:n])
 
 
-def _create_identity(kwargs: dict[str, Any]) -> SerdeProcessor:
-    return AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(),
-                               kwargs["max_workers"], serde_type="identity")
+def _identity_pair(options: dict[str, Any]) -> SerdePair:
+    return SerdePair(IdentitySerializer(), IdentityDeserializer())
 
 
 IDENTITY_SPEC = SerdeSpec(
-    factory=_create_identity,
-    description="Exact byte copy (baseline; no transform)",
+    pair_factory=_identity_pair,
+    description=BUILTIN_FACTS[SERDE_GROUP]["identity"].description,
     options=(max_workers_option(1),),
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,

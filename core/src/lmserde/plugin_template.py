@@ -118,13 +118,12 @@ from typing import Any
 
 import torch
 from lmserde import (
-    AsyncSerdeProcessor,
     Deserializer,
     MemoryLayoutDesc,
     MemoryObj,
     ObjectKey,
     SerdeOption,
-    SerdeProcessor,
+    SerdePair,
     SerdeSizeContract,
     SerdeSpec,
     Serializer,
@@ -184,14 +183,14 @@ class ${title}Deserializer(Deserializer):
         out.copy_(data[:n])
 
 
-def _create(kwargs: dict[str, Any]) -> SerdeProcessor:
-    # kwargs holds every declared option, validated, defaults filled in
-    return AsyncSerdeProcessor(${title}Serializer(), ${title}Deserializer(kwargs["verify"]),
-                               kwargs["max_workers"], serde_type="$name")
+def _pair(kwargs: dict[str, Any]) -> SerdePair:
+    # kwargs holds every declared option, validated, defaults filled in; core runs the pair on
+    # max_workers threads, alone or as one stage of a chain
+    return SerdePair(${title}Serializer(), ${title}Deserializer(kwargs["verify"]))
 
 
 $spec = SerdeSpec(
-    factory=_create,
+    pair_factory=_pair,
     description="Byte copy with a CRC-32 trailer verified on load",
     options=(
         SerdeOption("verify", bool, True, "check the CRC-32 trailer on load"),

@@ -25,6 +25,7 @@ from lmserde.multi import (
 )
 from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
+from lmserde.spec import SerdePair
 
 __all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
            "check_serialized_size", "scrub_destination"]
@@ -144,6 +145,8 @@ class AsyncSerdeProcessor(SerdeProcessor):
     result (exactly once). Multi serdes work the same way with tuples as items.
     """
 
+    reports_item_outcomes = True
+
     def __init__(
         self,
         serializer: Serializer | MultiSerializer,
@@ -183,6 +186,9 @@ class AsyncSerdeProcessor(SerdeProcessor):
     def deserializer(self) -> Deserializer | MultiDeserializer:
         return self._deserializer
 
+    def serde_pair(self) -> SerdePair:
+        return SerdePair(self._serializer, self._deserializer)
+
     @property
     def max_workers(self) -> int:
         return self._pool._max_workers
@@ -213,8 +219,8 @@ class AsyncSerdeProcessor(SerdeProcessor):
         return tuple(d.output_slot_mapping) if isinstance(d, MultiDeserializer) else None
 
     def authenticates_output(self) -> bool:
-        """The serializer's ``authenticates_output`` attribute (``False`` when it has none)."""
-        return bool(getattr(self._serializer, "authenticates_output", False))
+        """The serializer's ``authenticates_output`` attribute."""
+        return bool(self._serializer.authenticates_output)
 
     def metrics(self) -> dict[str, ProcessorMetrics]:
         """A snapshot of the per-direction totals."""

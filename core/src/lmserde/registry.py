@@ -6,13 +6,14 @@ type (or when asked for details). One broken plugin never affects the others.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lmserde.containment import describe_exception, must_propagate
-from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
+from lmserde.install_hints import SERDE_GROUP
+from lmserde.plugin_discovery import PluginLoadError
+from lmserde.plugin_registry import PluginInfo
+from lmserde.registries import SERDES
 from lmserde.spec import SerdeFactory, SerdeSizeContract, SerdeSpec
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERDE_GROUP",
+    "SERDES",
     "SerdeInfo",
     "register_serde_factory",
     "unregister_serde_factory",
@@ -32,33 +34,11 @@ __all__ = [
     "PluginLoadError",
 ]
 
-SERDE_GROUP = "lmcache.serde"
-
-#: Serde types shipped as separate distributions of this repository: a pip hint for unknown types.
-_KNOWN_DISTRIBUTIONS = {
-    "fp8": "lmserde-fp8",
-    "aesgcm": "lmserde-aesgcm",
-    "turboquant": "lmserde-turboquant",
-    "asym_k16_v8": "lmserde-asym-k16-v8",
-    "asym_k16_v8_v_only": "lmserde-asym-k16-v8",
-    "zstd": "lmserde-zstd",
-}
-
-_lock = threading.RLock()
-_group = EntryPointGroup(SERDE_GROUP)
-_programmatic: dict[str, SerdeSpec] = {}
-
-
 @dataclass(frozen=True)
-class SerdeInfo:
-    """What ``lmserde plugins`` lists for one serde type."""
+class SerdeInfo(PluginInfo):
+    """What ``lmserde plugins`` lists for one serde type (its size contract and lossiness once
+    loaded, or for core's own serdes)."""
 
-    name: str
-    distribution: str
-    version: str
-    status: str
-    description: str
-    error: str | None = None
     size_contract: str | None = None
     lossy: bool | None = None
     #: :meth:`SerdeSpec.describe_native` when the plugin was loaded (``None`` otherwise, and for
@@ -77,8 +57,6 @@ def register_serde_factory(
     ``factory`` is an upstream-style ``factory(kwargs) -> SerdeProcessor`` (it receives the config
     kwargs untouched) or a :class:`SerdeSpec`.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"serde type name must be a non-empty str, got {name!r}")
     if isinstance(factory, SerdeSpec):
         spec = factory
     else:
@@ -87,89 +65,24 @@ def register_serde_factory(
         spec = SerdeSpec.from_entry_object(factory)
         spec = SerdeSpec(factory=spec.factory, description=spec.description, options=None,
                          size_contract=size_contract, lossy=spec.lossy)
-    with _lock:
-        record = _group.get(name)
-        if name in _programmatic or (record is not None and not record.disabled):
-            raise ValueError(f"Serde type already registered: '{name}'")
-        _programmatic[name] = spec
+    SERDES.register(name, spec)
 
 
-def unregister_serde_factory(name: str) -> None:
-    """Remove a programmatically registered serde (plugins cannot be unregistered)."""
-    with _lock:
-        if name not in _programmatic:
-            raise ValueError(f"Serde type '{name}' was not registered programmatically")
-        del _programmatic[name]
-
-
-def rescan_serde_plugins() -> None:
-    """Forget the entry-point scan; the next lookup reads installed metadata again."""
-    with _lock:
-        _group.rescan()
-
-
-def get_registered_serde_types() -> list[str]:
-    """Every known serde type: discovered plugins (metadata order), then programmatic ones."""
-    with _lock:
-        names = [n for n, r in _group.records().items() if not r.disabled]
-        names += [n for n in _programmatic if n not in names]
-        return names
-
-
-def _unknown_type_error(serde_type: str) -> ValueError:
-    names = sorted(get_registered_serde_types())
-    listing = ", ".join(names) if names else "(none)"
-    message = f"Unknown serde type '{serde_type}'. Registered: {listing}"
-    record = _group.get(serde_type)
-    if record is not None and record.disabled:
-        message += f" ('{serde_type}' is installed but disabled by LMSERDE_DISABLE_PLUGINS)"
-    elif serde_type in _KNOWN_DISTRIBUTIONS:
-        dist = _KNOWN_DISTRIBUTIONS[serde_type]
-        message += (f". Install it with: pip install --find-links DIR {dist} (DIR: wheels built by "
-                    f"`nox -s build` in the lmserde repository), or pip install ./plugins/<dir> "
-                    "from a checkout")
-    return ValueError(message)
-
-
-def _record_for(serde_type: str) -> PluginRecord | None:
-    record = _group.get(serde_type)
-    if record is None or record.disabled:
-        return None
-    return record
-
-
-def get_serde_spec(serde_type: str) -> SerdeSpec:
-    """The spec of ``serde_type``, importing its plugin if needed.
-
-    Raises ``ValueError`` for an unknown type and :class:`PluginLoadError` (a ``ValueError``)
-    when the plugin cannot be imported.
-    """
-    with _lock:
-        if serde_type in _programmatic:
-            return _programmatic[serde_type]
-        record = _record_for(serde_type)
-    if record is None:
-        raise _unknown_type_error(serde_type)
-    obj = record.load()
-    try:
-        return SerdeSpec.from_entry_object(obj)
-    except TypeError as exc:
-        record.error = exc
-        raise PluginLoadError(
-            f"plugin '{serde_type}' from distribution {record.describe_origin()} is invalid: {exc}"
-        ) from exc
+#: Remove a programmatically registered serde (plugins cannot be unregistered).
+unregister_serde_factory = SERDES.unregister
+#: Forget the entry-point scan; the next lookup reads installed metadata again.
+rescan_serde_plugins = SERDES.rescan
+#: Every known serde type: discovered plugins (metadata order), then programmatic ones.
+get_registered_serde_types = SERDES.names
+#: The spec of a serde type, importing its plugin if needed: ``ValueError`` for an unknown type
+#: (with an install hint for the serdes of this repository), :class:`PluginLoadError` (a
+#: ``ValueError``) when the plugin cannot be imported.
+get_serde_spec = SERDES.get
 
 
 def get_serde_size_contract(serde_type: str) -> SerdeSizeContract:
     """The size contract ``serde_type`` declares (``UPPER_BOUND`` unless it says ``EXACT``)."""
     return get_serde_spec(serde_type).size_contract
-
-
-def _origin(serde_type: str) -> str:
-    record = _record_for(serde_type)
-    if record is None:
-        return "registered programmatically"
-    return f"from distribution {record.describe_origin()}"
 
 
 def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProcessor:
@@ -183,41 +96,9 @@ def create_serde_processor(config: SerdeConfig | Mapping[str, Any]) -> SerdeProc
     The processor gets its identity config (:meth:`~lmserde.SerdeProcessor.get_config`):
     type, the spec's ``format_version`` and the identity options.
     """
-    if isinstance(config, Mapping):
-        if "type" not in config or not isinstance(config["type"], str):
-            raise ValueError("'serde' dict must include a 'type' field")
-        serde_type = config["type"]
-        kwargs = {k: v for k, v in config.items() if k != "type"}
-    else:
-        serde_type, kwargs = config.type, dict(config.kwargs)
-    spec = get_serde_spec(serde_type)
-    validated = spec.validate(serde_type, kwargs)
-    try:
-        processor = spec.factory(validated)
-    except BaseException as exc:  # plugin code: SystemExit etc. are contained too
-        if must_propagate(exc):
-            raise
-        raise PluginLoadError(
-            f"serde '{serde_type}' ({_origin(serde_type)}) failed to build: "
-            f"{describe_exception(exc)}"
-        ) from exc
-    _attach_config(processor, serde_type, spec, validated)
-    return processor
+    from lmserde.serde_build import resolve_serde
 
-
-def _attach_config(
-    processor: Any, serde_type: str, spec: SerdeSpec, validated: Mapping[str, Any]
-) -> None:
-    """Give ``processor`` its identity config (closing it if that fails)."""
-    from lmserde.base import SerdeProcessor
-
-    if not isinstance(processor, SerdeProcessor):
-        return  # a duck-typed upstream processor: it has no get_config to answer with
-    try:
-        processor.set_config(spec.identity_config(serde_type, validated))
-    except BaseException:
-        processor.close()
-        raise
+    return resolve_serde(config).build_processor()
 
 
 def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
@@ -226,27 +107,13 @@ def list_serdes(*, load: bool = False) -> list[SerdeInfo]:
     Never raises for a broken plugin: its failure is reported in the entry.
     """
     infos: list[SerdeInfo] = []
-    with _lock:
-        records = list(_group.records().values())
-        programmatic = dict(_programmatic)
-    for record in records:
-        description, error, contract, lossy = record.summary, None, None, None
-        native: dict[str, Any] | None = None
-        if record.conflict_with:
-            error = "also claimed by " + ", ".join(record.conflict_with)
-        elif load and not record.disabled:
-            try:
-                spec = get_serde_spec(record.name)
-                description = spec.description or description
-                contract, lossy = spec.size_contract.value, spec.lossy
-                native = spec.describe_native()
-            except Exception as exc:
-                error = f"{type(exc.__cause__ or exc).__name__}: {exc.__cause__ or exc}"
-        elif record.error is not None:
-            error = f"{type(record.error).__name__}: {record.error}"
-        infos.append(SerdeInfo(record.name, record.distribution, record.version, record.status,
-                               description, error, contract, lossy, native))
-    for name, spec in programmatic.items():
-        infos.append(SerdeInfo(name, "(programmatic)", "", "registered", spec.description, None,
-                               spec.size_contract.value, spec.lossy, spec.describe_native()))
+    for entry in SERDES.entries(load=load):
+        contract, lossy, native = None, None, None
+        if entry.spec is not None:
+            contract, lossy = entry.spec.size_contract.value, entry.spec.lossy
+            native = entry.spec.describe_native()
+        elif entry.builtin is not None:
+            contract, lossy = entry.builtin.size_contract, entry.builtin.lossy
+        infos.append(SerdeInfo(entry.name, entry.distribution, entry.version, entry.status,
+                               entry.description, entry.error, contract, lossy, native))
     return infos

@@ -13,11 +13,27 @@ from lmserde.data_kind import ALL_DATA_KINDS, DataKind
 from lmserde.options import SerdeOption, validate_options
 
 if TYPE_CHECKING:
-    from lmserde.base import SerdeProcessor
+    from lmserde.base import Deserializer, SerdeProcessor, Serializer
+    from lmserde.multi import MultiDeserializer, MultiSerializer
 
-__all__ = ["SerdeSizeContract", "SerdeSpec", "SerdeFactory"]
+__all__ = ["SerdeSizeContract", "SerdeSpec", "SerdeFactory", "SerdePair", "SerdePairFactory"]
 
 SerdeFactory = Callable[[dict[str, Any]], "SerdeProcessor"]
+
+
+@dataclass(frozen=True)
+class SerdePair:
+    """A synchronous serializer and the deserializer that reads its bytes (no threads, no fds).
+
+    What a :class:`SerdeSpec` ``pair_factory`` returns: core runs the pair behind an
+    :class:`~lmserde.AsyncSerdeProcessor`, or as one stage of a chain.
+    """
+
+    serializer: Serializer | MultiSerializer
+    deserializer: Deserializer | MultiDeserializer
+
+
+SerdePairFactory = Callable[[dict[str, Any]], SerdePair]
 
 
 class SerdeSizeContract(enum.Enum):
@@ -35,10 +51,21 @@ class SerdeSizeContract(enum.Enum):
 class SerdeSpec:
     """A serde as a plugin publishes it.
 
-    ``factory(kwargs)`` builds a :class:`~lmserde.SerdeProcessor`. With declared ``options`` the
-    registry validates and coerces the config kwargs first and the factory receives every declared
-    option (defaults filled in); with ``options=None`` the kwargs reach the factory untouched
-    (upstream behaviour, for plain factories). ``lossy`` says whether a round trip may change values.
+    How it is built — exactly one of:
+
+    * ``pair_factory(options)`` returns a :class:`SerdePair`. Core builds the processor
+      (:meth:`create_processor`: an :class:`~lmserde.AsyncSerdeProcessor` with the ``max_workers``
+      option, 1 when the spec declares none) and runs the same pair as a chain stage, so a chain
+      of such serdes is one processor. This is the way for new serdes.
+    * ``factory(options)`` returns a :class:`~lmserde.SerdeProcessor` (upstream style, and the
+      way for a processor that is not a serializer/deserializer pair). In a chain, such a serde's
+      processor is built and its :meth:`~lmserde.SerdeProcessor.serde_pair` taken (refused with a
+      clear error when it has none).
+
+    With declared ``options`` the registry validates and coerces the config kwargs first and the
+    builder receives every declared option (defaults filled in); with ``options=None`` the kwargs
+    reach it untouched (upstream behaviour, for plain factories). ``lossy`` says whether a round
+    trip may change values.
 
     Composition (checked when a chain is configured): ``consumes`` is what the serde accepts as
     input (default: every :class:`~lmserde.DataKind`, so unknown serdes stay unrestricted) and
@@ -54,7 +81,7 @@ class SerdeSpec:
     (:meth:`describe_native`).
     """
 
-    factory: SerdeFactory
+    factory: SerdeFactory | None = None
     description: str = ""
     options: Sequence[SerdeOption] | None = ()
     size_contract: SerdeSizeContract = SerdeSizeContract.UPPER_BOUND
@@ -64,8 +91,14 @@ class SerdeSpec:
     consumes_hint: str = ""
     format_version: int = 1
     native_status: Callable[[], Mapping[str, Any]] | None = None
+    pair_factory: SerdePairFactory | None = None
 
     def __post_init__(self) -> None:
+        if (self.factory is None) == (self.pair_factory is None):
+            raise TypeError(
+                "SerdeSpec needs exactly one of factory (options -> SerdeProcessor) and "
+                "pair_factory (options -> SerdePair)"
+            )
         consumes = frozenset(self.consumes)
         if not consumes or not all(isinstance(k, DataKind) for k in consumes):
             raise TypeError("SerdeSpec.consumes must be a non-empty set of lmserde.DataKind")
@@ -114,15 +147,42 @@ class SerdeSpec:
             return dict(kwargs)
         return validate_options(serde_type, self.options, kwargs)
 
+    def create_pair(self, options: dict[str, Any]) -> SerdePair:
+        """The pair ``pair_factory`` builds from validated ``options`` (``TypeError`` when the
+        spec has no pair factory or it returns something else). Runs plugin code: callers
+        contain what it raises."""
+        if self.pair_factory is None:
+            raise TypeError("this SerdeSpec builds processors (factory), not pairs")
+        pair = self.pair_factory(options)
+        if not isinstance(pair, SerdePair):
+            raise TypeError(
+                f"pair_factory must return an lmserde.SerdePair, got {type(pair).__name__}")
+        return pair
+
+    def workers(self, options: Mapping[str, Any]) -> int:
+        """The worker threads ``options`` ask for: ``max_workers``, else the declared default of
+        that option, else 1."""
+        if "max_workers" in options:
+            return int(options["max_workers"])
+        declared = next((o for o in self.options or () if o.name == "max_workers"), None)
+        return int(declared.default) if declared is not None else 1
+
+    def create_processor(self, serde_type: str, options: dict[str, Any]) -> SerdeProcessor:
+        """The processor for validated ``options``: ``factory(options)``, or the one place core
+        runs a pair: an :class:`~lmserde.AsyncSerdeProcessor` over :meth:`create_pair` with
+        :meth:`workers` threads, named ``serde_type``. Runs plugin code: callers contain what it
+        raises (:func:`~lmserde.create_serde_processor` does)."""
+        if self.factory is not None:
+            return self.factory(options)
+        from lmserde.processor import AsyncSerdeProcessor
+
+        pair = self.create_pair(options)
+        return AsyncSerdeProcessor(pair.serializer, pair.deserializer, self.workers(options),
+                                   serde_type=serde_type)
+
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:
         """Accept a ``SerdeSpec`` or a plain upstream-style ``factory(kwargs)`` callable."""
-        if isinstance(obj, SerdeSpec):
-            return obj
-        if callable(obj):
-            return cls(factory=obj, description=(obj.__doc__ or "").strip().split("\n")[0],
-                       options=None)
-        raise TypeError(
-            f"a serde entry point must name a SerdeSpec or a factory callable, got "
-            f"{type(obj).__name__}"
-        )
+        from lmserde.plugin_registry import spec_from_entry_object
+
+        return spec_from_entry_object(cls, obj, "a serde")

@@ -110,8 +110,9 @@ def test_defaults_expand_turboquant_presets_run_split_tier_and_skip_broken(
             raise ValueError(f"Unsupported TurboQuant preset: {value!r}")
 
     presets = SerdeOption("preset", str, "turboquant_k8v4", check=known)
-    specs = {"turboquant": SerdeSpec(IDENTITY_SPEC.factory, options=(presets,)),
-             "fp8": SerdeSpec(IDENTITY_SPEC.factory, options=())}  # an fp8 without 'scaling'
+    pair = IDENTITY_SPEC.pair_factory
+    specs = {"turboquant": SerdeSpec(pair_factory=pair, options=(presets,)),
+             "fp8": SerdeSpec(pair_factory=pair, options=())}  # an fp8 without 'scaling'
     monkeypatch.setattr(serde_selection, "list_serdes", lambda: infos)
     monkeypatch.setattr(serde_selection, "get_serde_spec", lambda name: specs.get(name, IDENTITY_SPEC))
     serdes, notes = default_serdes()

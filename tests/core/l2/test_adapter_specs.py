@@ -57,7 +57,7 @@ def test_builtin_types_come_from_core_entry_points() -> None:
 
 
 def test_unknown_type_lists_the_known_ones(l1: L1Manager) -> None:
-    with pytest.raises(ValueError, match=r"Unknown L2 adapter type 'nosuchstore'\. Known types: .*fault, "
+    with pytest.raises(ValueError, match=r"Unknown L2 adapter type 'nosuchstore'\. Registered: .*fault, "
                                          r"fs, memory"):
         create_l2_adapter({"type": "nosuchstore"}, l1)
     with pytest.raises(ValueError, match="must include a 'type' field.*fs"):

@@ -90,9 +90,10 @@ def test_k_dtype_tag_only_for_v_only() -> None:
 
 
 def test_factories_work_with_plain_kwargs() -> None:
-    """Called directly with upstream-style partial kwargs, the factories fill in the defaults."""
-    for spec in (ASYM_K16_V8_SPEC, ASYM_K16_V8_V_ONLY_SPEC):
-        proc = spec.factory({})
+    """Built directly from upstream-style partial kwargs, the defaults are filled in."""
+    for name, spec in (("asym_k16_v8", ASYM_K16_V8_SPEC),
+                       ("asym_k16_v8_v_only", ASYM_K16_V8_V_ONLY_SPEC)):
+        proc = spec.create_processor(name, {})
         try:
             assert proc.max_workers == 4
         finally:

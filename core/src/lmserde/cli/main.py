@@ -8,8 +8,12 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from packaging.utils import canonicalize_name
+
 from lmserde._version import __version__
 from lmserde.cli import info_command, new_plugin_command, plugins_command, scrub_command
+from lmserde.install_hints import CLI_COMMANDS, install_hint, providing_distribution
+from lmserde.plugin_discovery import DISABLE_ENV
 
 __all__ = ["build_parser", "main"]
 
@@ -60,6 +64,35 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
                          type(result.error).__name__, result.error)
 
 
+def _command_names(parser: argparse.ArgumentParser) -> set[str]:
+    names: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            names.update(action.choices)
+    return names
+
+
+def _missing_command_message(parser: argparse.ArgumentParser, command: str) -> str | None:
+    """What to say for a command a plugin of this repository adds when that plugin is not
+    there (not installed, disabled, or failed to load); ``None`` for any other word."""
+    dist = providing_distribution(CLI_COMMANDS, command)
+    if dist is None or command in _command_names(parser):
+        return None
+    from lmserde.hooks import hook_plugin_records
+
+    records = [r for r in hook_plugin_records()
+               if canonicalize_name(r.distribution) == canonicalize_name(dist)]
+    message = f"lmserde: unknown command '{command}'. "
+    if not records:
+        return message + install_hint(CLI_COMMANDS, command)
+    record = records[0]
+    if record.disabled:
+        return message + f"'{command}' is provided by {dist}, which is disabled by {DISABLE_ENV}"
+    problem = record.incompatible or (f"{type(record.error).__name__}: {record.error}"
+                                      if record.error is not None else record.status)
+    return message + f"'{command}' is provided by {dist}, which is installed but failed: {problem}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -68,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Listing must stay metadata-only: skip importing hook plugins for it.
     light = bool(args_list) and args_list[0] in ("plugins", "new-plugin", "--version")
     parser = build_parser(with_plugin_commands=not light)
+    missing = _missing_command_message(parser, args_list[0]) if args_list else None
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(args_list)
     handler = getattr(args, "handler", None)
     if handler is None:

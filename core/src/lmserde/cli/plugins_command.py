@@ -4,8 +4,9 @@ Without ``--load`` nothing is imported (neither torch nor any plugin module), so
 instant and cannot be broken by a plugin. ``--load`` imports each plugin and reports failures.
 Rows are sorted by name. The table shortens long descriptions; ``--json`` carries them whole.
 A plugin built for another core (see :mod:`lmserde.compat`) is listed as ``incompatible`` with
-the reason, also without ``--load``. ``size_contract`` and ``lossy`` are known without importing
-for core's own serdes; a plugin's come from its spec, so they are ``null`` unless ``--load``.
+the reason, also without ``--load``. Serdes and L2 adapters are listed by their registries
+(:mod:`lmserde.registries`), which know core's own descriptions, size contracts and lossiness
+without importing; a plugin's come from its spec, so they are ``null`` unless ``--load``.
 """
 
 from __future__ import annotations
@@ -17,28 +18,12 @@ from dataclasses import asdict
 from lmserde.cli.table import format_table
 from lmserde.hooks import HOOKS_GROUP
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError
+from lmserde.registries import L2_ADAPTERS
 from lmserde.registry import list_serdes
 
 __all__ = ["add_parser", "run"]
 
-L2_ADAPTER_GROUP = "lmcache.l2_adapter"
-
-#: One-line descriptions of the entry points core itself ships (a distribution's metadata has one
-#: summary for all its entry points; core knows its own without importing them).
-_CORE_DESCRIPTIONS = {
-    "identity": "Exact byte copy (baseline; no transform)",
-    "memory": "In-process L2 store with optional capacity and eviction",
-    "fs": "One file per key under base_path; atomic writes; reports stored sizes",
-    "fault": "Wraps another adapter and injects seeded faults (testing)",
-}
-#: What core knows about its own serdes without importing them (size contract, lossy).
-_CORE_SERDE_FACTS = {"identity": ("exact", False)}
 _MAX_DESCRIPTION = 72
-
-
-def _describe(name: str, distribution: str, summary: str) -> str:
-    """The full description of an entry point: core's own text, else the distribution summary."""
-    return _CORE_DESCRIPTIONS.get(name, summary) if distribution == "lmserde" else summary
 
 
 def _shorten(text: str) -> str:
@@ -69,7 +54,7 @@ def _group_rows(group: str, load: bool) -> list[dict[str, object]]:
             error = record.incompatible
         rows.append({"name": record.name, "distribution": record.distribution,
                      "version": record.version, "status": record.status,
-                     "description": _describe(record.name, record.distribution, record.summary),
+                     "description": record.summary,
                      "error": error})
     return sorted(rows, key=lambda r: str(r["name"]))
 
@@ -77,13 +62,9 @@ def _group_rows(group: str, load: bool) -> list[dict[str, object]]:
 def run(args: argparse.Namespace) -> int:
     serdes = sorted((asdict(info) for info in list_serdes(load=args.load)),
                     key=lambda s: s["name"])
-    for s in serdes:
-        if not args.load or not s["description"]:
-            s["description"] = _describe(s["name"], s["distribution"], s["description"])
-        facts = _CORE_SERDE_FACTS.get(s["name"]) if s["distribution"] == "lmserde" else None
-        if facts is not None and s["size_contract"] is None:
-            s["size_contract"], s["lossy"] = facts
-    adapters = _group_rows(L2_ADAPTER_GROUP, args.load)
+    adapters = sorted(({"name": e.name, "distribution": e.distribution, "version": e.version,
+                        "status": e.status, "description": e.description, "error": e.error}
+                       for e in L2_ADAPTERS.entries(load=args.load)), key=lambda r: r["name"])
     hooks = _group_rows(HOOKS_GROUP, args.load)
     if args.json:
         print(json.dumps({"serdes": serdes, "l2_adapters": adapters, "hooks": hooks}, indent=2))

@@ -7,14 +7,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
-from lmserde.containment import describe_exception, must_propagate
 from lmserde.l2.adapter_registry import (
-    describe_l2_adapter_origin,
+    L2_ADAPTERS,
     get_l2_adapter_spec,
     get_registered_l2_adapter_types,
 )
 from lmserde.l2.interface import L2AdapterInterface
-from lmserde.plugin_discovery import PluginLoadError
+from lmserde.serde_build import ResolvedSerde, as_serde_config, resolve_serde
 from lmserde.spec import SerdeSizeContract
 
 if TYPE_CHECKING:
@@ -25,6 +24,8 @@ __all__ = [
     "parse_serde_config",
     "parse_l2_adapter_spec",
     "create_serde_for_config",
+    "resolve_serde_value",
+    "build_resolved_serde",
     "create_l2_adapter",
     "check_serde_config",
 ]
@@ -50,18 +51,6 @@ class L2AdapterConfig:
     serde_frame: bool = True
 
 
-def _parse_one_serde(value: Any) -> SerdeConfig:
-    if not isinstance(value, Mapping):
-        raise ValueError(
-            f"'serde' must be a dict, got {type(value).__name__} (or a list of dicts, a chain "
-            "applied in order)"
-        )
-    serde_type = value.get("type")
-    if not isinstance(serde_type, str):
-        raise ValueError("'serde' dict must include a 'type' field")
-    return SerdeConfig(type=serde_type, kwargs={k: v for k, v in value.items() if k != "type"})
-
-
 def parse_serde_config(value: Any) -> SerdeConfigValue:
     """Parse the value of a spec's ``serde`` key (upstream error texts for bad dicts).
 
@@ -71,9 +60,9 @@ def parse_serde_config(value: Any) -> SerdeConfigValue:
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError("'serde' chain must name at least one serde")
-        configs = [_parse_one_serde(v) for v in value]
+        configs = [as_serde_config(v) for v in value]
         return configs[0] if len(configs) == 1 else configs
-    return _parse_one_serde(value)
+    return as_serde_config(value)
 
 
 def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
@@ -97,24 +86,33 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
     return L2AdapterConfig(adapter_type, options, serde_config, frame)
 
 
+def resolve_serde_value(serde_config: SerdeConfigValue) -> ResolvedSerde | list[ResolvedSerde]:
+    """Look up and validate a serde config or chain once (see :func:`~lmserde.serde_build.resolve_serde`
+    and :func:`~lmserde.l2.serde_chain.resolve_chain`); nothing is built."""
+    from lmserde.l2.serde_chain import resolve_chain
+
+    if isinstance(serde_config, list):
+        return resolve_chain(serde_config)
+    return resolve_serde(serde_config)
+
+
+def build_resolved_serde(
+    resolved: ResolvedSerde | list[ResolvedSerde],
+) -> tuple[SerdeProcessor, str, SerdeSizeContract]:
+    """The processor, type name and size contract of a resolved serde or chain."""
+    from lmserde.l2.serde_chain import build_serde_chain
+
+    if isinstance(resolved, list):
+        chain = build_serde_chain(resolved)
+        return chain, chain.serde_type, chain.size_contract
+    return resolved.build_processor(), resolved.serde_type, resolved.size_contract
+
+
 def create_serde_for_config(
     serde_config: SerdeConfigValue,
 ) -> tuple[SerdeProcessor, str, SerdeSizeContract]:
-    """The processor, type name and size contract for a serde config or chain."""
-    from lmserde.registry import create_serde_processor, get_serde_size_contract
-
-    if isinstance(serde_config, list):
-        from lmserde.l2.serde_chain import create_serde_chain
-
-        chain = create_serde_chain(serde_config)
-        return chain, chain.serde_type, chain.size_contract
-    processor = create_serde_processor(serde_config)
-    try:
-        contract = get_serde_size_contract(serde_config.type)
-    except BaseException:
-        processor.close()
-        raise
-    return processor, serde_config.type, contract
+    """The processor, type name and size contract for a serde config or chain (one lookup)."""
+    return build_resolved_serde(resolve_serde_value(serde_config))
 
 
 def _build_adapter(
@@ -126,17 +124,8 @@ def _build_adapter(
     (``SystemExit``, ``asyncio.CancelledError``, ...) becomes a :class:`PluginLoadError` naming
     the adapter type and its distribution. A main-thread ``KeyboardInterrupt`` propagates.
     """
-    try:
-        return factory(options, l1_manager)
-    except Exception:
-        raise
-    except BaseException as exc:  # plugin code
-        if must_propagate(exc):
-            raise
-        raise PluginLoadError(
-            f"L2 adapter '{adapter_type}' ({describe_l2_adapter_origin(adapter_type)}) failed to "
-            f"build: {describe_exception(exc)}"
-        ) from exc
+    return L2_ADAPTERS.build(adapter_type, lambda: factory(options, l1_manager),
+                             keep_exceptions=True)
 
 
 def check_serde_config(serde_config: SerdeConfigValue) -> None:
@@ -146,13 +135,7 @@ def check_serde_config(serde_config: SerdeConfigValue) -> None:
     option) and a chain's stages must compose (``ValueError`` naming the stage; see
     :func:`~lmserde.l2.serde_chain.check_chain_configs`).
     """
-    from lmserde.l2.serde_chain import check_chain_configs
-    from lmserde.registry import get_serde_spec
-
-    if isinstance(serde_config, list):
-        check_chain_configs(serde_config)
-        return
-    get_serde_spec(serde_config.type).validate(serde_config.type, serde_config.kwargs)
+    resolve_serde_value(serde_config)
 
 
 def create_l2_adapter(
@@ -181,17 +164,17 @@ def create_l2_adapter(
         )
     adapter_spec = get_l2_adapter_spec(config.type)
     options = adapter_spec.validate(config.type, config.options)
-    if config.serde_config is not None:
-        check_serde_config(config.serde_config)  # before the adapter opens anything
+    # the serde is looked up and validated before the adapter opens anything
+    resolved = resolve_serde_value(config.serde_config) if config.serde_config is not None else None
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
-    if config.serde_config is None:
+    if resolved is None:
         return adapter
     from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
     from lmserde.l2.split_placement import StoragePlacementMode, resolve_placement
 
     processor: SerdeProcessor | None = None
     try:
-        processor, serde_type, contract = create_serde_for_config(config.serde_config)
+        processor, serde_type, contract = build_resolved_serde(resolved)
         assert l1_manager is not None
         if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
             from lmserde.l2.split_tier import create_split_tier_adapter

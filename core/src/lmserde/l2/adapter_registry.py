@@ -7,14 +7,16 @@ affects the other types.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
+from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.l2.adapter_spec import L2AdapterFactory, L2AdapterSpec
-from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError
+from lmserde.plugin_registry import PluginInfo
+from lmserde.registries import L2_ADAPTERS
 
 __all__ = [
     "L2_ADAPTER_GROUP",
+    "L2_ADAPTERS",
     "L2AdapterInfo",
     "register_l2_adapter_type",
     "unregister_l2_adapter_type",
@@ -25,24 +27,11 @@ __all__ = [
     "describe_l2_adapter_origin",
 ]
 
-L2_ADAPTER_GROUP = "lmcache.l2_adapter"
-
-_lock = threading.RLock()
-_group = EntryPointGroup(L2_ADAPTER_GROUP)
-_programmatic: dict[str, L2AdapterSpec] = {}
-
-
 @dataclass(frozen=True)
-class L2AdapterInfo:
-    """One adapter type as listed for users."""
+class L2AdapterInfo(PluginInfo):
+    """One adapter type as listed for users (whether it reports stored sizes, once loaded)."""
 
-    name: str
-    distribution: str
-    version: str
-    status: str
-    description: str
     reports_object_sizes: bool | None = None
-    error: str | None = None
 
 
 def register_l2_adapter_type(
@@ -57,8 +46,6 @@ def register_l2_adapter_type(
     ``factory`` is a :class:`L2AdapterSpec` or a ``factory(options, l1_manager)`` callable (which
     then receives the options untouched).
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"L2 adapter type name must be a non-empty str, got {name!r}")
     if isinstance(factory, L2AdapterSpec):
         spec = factory
     elif callable(factory):
@@ -66,72 +53,22 @@ def register_l2_adapter_type(
                              reports_object_sizes=reports_object_sizes)
     else:
         raise TypeError(f"L2 adapter factory for '{name}' must be callable or an L2AdapterSpec")
-    with _lock:
-        record = _group.get(name)
-        if name in _programmatic or (record is not None and not record.disabled):
-            raise ValueError(f"L2 adapter type already registered: '{name}'")
-        _programmatic[name] = spec
+    L2_ADAPTERS.register(name, spec)
 
 
-def unregister_l2_adapter_type(name: str) -> None:
-    """Remove a programmatically registered type (plugins cannot be unregistered)."""
-    with _lock:
-        if name not in _programmatic:
-            raise ValueError(f"L2 adapter type '{name}' was not registered programmatically")
-        del _programmatic[name]
-
-
-def rescan_l2_adapter_plugins() -> None:
-    """Forget the entry-point scan; the next lookup reads installed metadata again."""
-    with _lock:
-        _group.rescan()
-
-
-def get_registered_l2_adapter_types() -> list[str]:
-    """Every known adapter type: discovered plugins (metadata order), then programmatic ones."""
-    with _lock:
-        names = [n for n, r in _group.records().items() if not r.disabled]
-        names += [n for n in _programmatic if n not in names]
-        return names
-
-
-def get_l2_adapter_spec(adapter_type: str) -> L2AdapterSpec:
-    """The spec of ``adapter_type``, importing its plugin if needed.
-
-    Unknown types raise ``ValueError`` listing the known ones; a plugin that cannot be imported
-    raises :class:`~lmserde.PluginLoadError` (a ``ValueError``).
-    """
-    with _lock:
-        if adapter_type in _programmatic:
-            return _programmatic[adapter_type]
-        record = _group.get(adapter_type)
-    if record is None or record.disabled:
-        known = ", ".join(sorted(get_registered_l2_adapter_types())) or "(none)"
-        hint = ""
-        if record is not None:
-            hint = f" ('{adapter_type}' is installed but disabled by LMSERDE_DISABLE_PLUGINS)"
-        raise ValueError(f"Unknown L2 adapter type '{adapter_type}'. Known types: {known}{hint}")
-    obj = record.load()
-    try:
-        return L2AdapterSpec.from_entry_object(obj)
-    except TypeError as exc:
-        record.error = exc
-        raise PluginLoadError(
-            f"L2 adapter plugin '{adapter_type}' from distribution {record.describe_origin()} "
-            f"is invalid: {exc}"
-        ) from exc
-
-
-def describe_l2_adapter_origin(adapter_type: str) -> str:
-    """Where ``adapter_type`` comes from: ``"from distribution NAME VERSION"`` or
-    ``"registered programmatically"``."""
-    with _lock:
-        if adapter_type in _programmatic:
-            return "registered programmatically"
-        record = _group.get(adapter_type)
-    if record is None:
-        return "of unknown origin"
-    return f"from distribution {record.describe_origin()}"
+#: Remove a programmatically registered type (plugins cannot be unregistered).
+unregister_l2_adapter_type = L2_ADAPTERS.unregister
+#: Forget the entry-point scan; the next lookup reads installed metadata again.
+rescan_l2_adapter_plugins = L2_ADAPTERS.rescan
+#: Every known adapter type: discovered plugins (metadata order), then programmatic ones.
+get_registered_l2_adapter_types = L2_ADAPTERS.names
+#: The spec of an adapter type, importing its plugin if needed: ``ValueError`` for an unknown
+#: type (with an install hint for the adapters of this repository),
+#: :class:`~lmserde.PluginLoadError` (a ``ValueError``) when the plugin cannot be imported.
+get_l2_adapter_spec = L2_ADAPTERS.get
+#: Where a type comes from: ``"from distribution NAME VERSION"``, ``"registered
+#: programmatically"`` or ``"of unknown origin"``.
+describe_l2_adapter_origin = L2_ADAPTERS.origin
 
 
 def list_l2_adapters(*, load: bool = False) -> list[L2AdapterInfo]:
@@ -139,23 +76,6 @@ def list_l2_adapters(*, load: bool = False) -> list[L2AdapterInfo]:
 
     Never raises for a broken plugin: its failure is reported in the entry.
     """
-    infos: list[L2AdapterInfo] = []
-    with _lock:
-        records = list(_group.records().values())
-        programmatic = dict(_programmatic)
-    for record in records:
-        description, sizes, error = record.summary, None, None
-        if load and not record.disabled:
-            try:
-                spec = get_l2_adapter_spec(record.name)
-                description, sizes = spec.description or description, spec.reports_object_sizes
-            except Exception as exc:  # listing never breaks
-                error = f"{type(exc.__cause__ or exc).__name__}: {exc.__cause__ or exc}"
-        elif record.error is not None:
-            error = f"{type(record.error).__name__}: {record.error}"
-        infos.append(L2AdapterInfo(record.name, record.distribution, record.version,
-                                   record.status, description, sizes, error))
-    for name, spec in programmatic.items():
-        infos.append(L2AdapterInfo(name, "(programmatic)", "", "registered", spec.description,
-                                   spec.reports_object_sizes))
-    return infos
+    return [L2AdapterInfo(e.name, e.distribution, e.version, e.status, e.description, e.error,
+                          e.spec.reports_object_sizes if e.spec is not None else None)
+            for e in L2_ADAPTERS.entries(load=load)]

@@ -43,12 +43,6 @@ class L2AdapterSpec:
     @classmethod
     def from_entry_object(cls, obj: Any) -> L2AdapterSpec:
         """Accept an ``L2AdapterSpec`` or a plain ``factory(options, l1_manager)`` callable."""
-        if isinstance(obj, L2AdapterSpec):
-            return obj
-        if callable(obj):
-            return cls(factory=obj, description=(obj.__doc__ or "").strip().split("\n")[0],
-                       options=None)
-        raise TypeError(
-            "an L2 adapter entry point must name an L2AdapterSpec or a factory callable, got "
-            f"{type(obj).__name__}"
-        )
+        from lmserde.plugin_registry import spec_from_entry_object
+
+        return spec_from_entry_object(cls, obj, "an L2 adapter")

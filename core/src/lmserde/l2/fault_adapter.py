@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.containment import describe_exception
+from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
@@ -344,7 +346,7 @@ def _rate(name: str, help_text: str) -> SerdeOption:
 
 FAULT_ADAPTER_SPEC = L2AdapterSpec(
     factory=_create_fault,
-    description="Wraps another adapter and injects failures deterministically by seed",
+    description=BUILTIN_FACTS[L2_ADAPTER_GROUP]["fault"].description,
     options=(
         SerdeOption("inner", object, None, "spec dict of the wrapped adapter", required=True,
                     check=_check_inner),

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from lmserde.builtin_plugins import BUILTIN_FACTS
+from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
@@ -536,7 +538,7 @@ def _check_base_path(value: str) -> None:
 
 FS_ADAPTER_SPEC = L2AdapterSpec(
     factory=_create_fs,
-    description="One file per key under base_path (atomic writes, exact-length loads)",
+    description=BUILTIN_FACTS[L2_ADAPTER_GROUP]["fs"].description,
     options=(
         SerdeOption("base_path", str, None, "directory holding one file per key", required=True,
                     check=_check_base_path),

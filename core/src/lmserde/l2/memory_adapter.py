@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from lmserde.builtin_plugins import BUILTIN_FACTS
+from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapter_spec import L2AdapterSpec
 from lmserde.l2.bitmap import Bitmap
@@ -250,7 +252,7 @@ def _create_memory(options: dict[str, Any], l1_manager: Any) -> MemoryL2Adapter:
 
 MEMORY_ADAPTER_SPEC = L2AdapterSpec(
     factory=_create_memory,
-    description="In-process storage with optional capacity and LRU eviction",
+    description=BUILTIN_FACTS[L2_ADAPTER_GROUP]["memory"].description,
     options=(
         SerdeOption("max_capacity_bytes", int, 0,
                     "capacity in bytes; least recently used objects are evicted (0: unlimited)",

@@ -45,12 +45,16 @@ from lmserde.multi import (
     layout_desc_to_group,
 )
 from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
+from lmserde.registries import SERDES
+from lmserde.serde_build import BuiltPair, ResolvedSerde, as_serde_config
 from lmserde.spec import SerdeSizeContract
 
 __all__ = [
     "ChainStage",
     "SerdeChainProcessor",
     "create_serde_chain",
+    "build_serde_chain",
+    "resolve_chain",
     "check_chain_configs",
     "FRAME_HEADER_BYTES",
 ]
@@ -351,7 +355,7 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
 
     def authenticates_output(self) -> bool:
         """The last stage's: its bytes are what the chain writes."""
-        return bool(getattr(self.stages[-1].serializer, "authenticates_output", False))
+        return bool(self.stages[-1].serializer.authenticates_output)
 
     def close(self) -> None:
         super().close()
@@ -360,81 +364,70 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
             proc.close()
 
 
-def _config_type(config: SerdeConfig | Mapping[str, Any]) -> str:
-    if isinstance(config, SerdeConfig):
-        return config.type
-    serde_type = config.get("type") if isinstance(config, Mapping) else None
-    if not isinstance(serde_type, str):
-        raise ValueError("'serde' dict must include a 'type' field")
-    return serde_type
+def resolve_chain(configs: Sequence[SerdeConfig | Mapping[str, Any]]) -> list[ResolvedSerde]:
+    """Parse, look up and validate every stage once, and check that the stages compose.
 
-
-def _config_kwargs(config: SerdeConfig | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(config, SerdeConfig):
-        return dict(config.kwargs)
-    return {k: v for k, v in config.items() if k != "type"}
+    ``ValueError`` if the chain cannot work: every stage's type must be known and its options
+    valid (the error names the stage's position); consecutive stages must compose: the first
+    stage receives ``KV_TENSORS`` and each later one what the stage before it ``produces``, which
+    it must list in its ``consumes`` (see :class:`~lmserde.DataKind`). So ``[fp8, fp8]``,
+    ``[fp8, turboquant]`` and ``[aesgcm, fp8]`` are refused, naming the stage. Nothing is built.
+    """
+    if not configs:
+        raise ValueError("a serde chain needs at least one serde")
+    resolved: list[ResolvedSerde] = []
+    for position, config in enumerate(configs, start=1):
+        parsed = as_serde_config(config)
+        spec = SERDES.get(parsed.type)
+        try:
+            options = spec.validate(parsed.type, parsed.kwargs)
+        except ValueError as exc:
+            raise ValueError(f"serde chain stage {position}: {exc}") from None
+        resolved.append(ResolvedSerde(parsed.type, spec, options))
+    check_chain_composition([(r.serde_type, r.spec) for r in resolved])
+    return resolved
 
 
 def check_chain_configs(configs: Sequence[SerdeConfig | Mapping[str, Any]]) -> None:
-    """Check a chain at config time, building nothing: ``ValueError`` if it cannot work.
+    """Check a chain at config time, building nothing (:func:`resolve_chain`)."""
+    resolve_chain(configs)
 
-    Every stage's type must be known and its options valid; consecutive stages must compose:
-    the first stage receives ``KV_TENSORS`` and each later one what the stage before it
-    ``produces``, which it must list in its ``consumes`` (see :class:`~lmserde.DataKind`). So
-    ``[fp8, fp8]``, ``[fp8, turboquant]`` and ``[aesgcm, fp8]`` are refused, naming the stage.
+
+def build_serde_chain(stages: Sequence[ResolvedSerde]) -> SerdeChainProcessor:
+    """One processor running resolved ``stages`` in order.
+
+    Each stage contributes its synchronous pair (:meth:`~lmserde.serde_build.ResolvedSerde.build_pair`):
+    a spec with a ``pair_factory`` builds only the pair; a factory-only spec's processor is built
+    for its pair and closed with the chain. The chain runs with the largest ``max_workers`` of
+    its stages; its :meth:`~SerdeChainProcessor.get_config` lists the stages' identity configs.
+    Nothing is leaked when a stage fails to build.
     """
-    from lmserde.registry import get_serde_spec
-
-    if not configs:
-        raise ValueError("a serde chain needs at least one serde")
-    stages = []
-    for position, config in enumerate(configs, start=1):
-        serde_type = _config_type(config)
-        spec = get_serde_spec(serde_type)
-        try:
-            spec.validate(serde_type, _config_kwargs(config))
-        except ValueError as exc:
-            raise ValueError(f"serde chain stage {position}: {exc}") from None
-        stages.append((serde_type, spec))
-    check_chain_composition(stages)
+    built: list[BuiltPair] = []
+    try:
+        chain_stages: list[ChainStage] = []
+        workers = 1
+        for stage in stages:
+            part = stage.build_pair()
+            built.append(part)
+            owner = part.owner
+            config = owner.get_config() if owner is not None else stage.identity_config()
+            chain_stages.append(ChainStage(stage.serde_type, part.pair.serializer,
+                                           part.pair.deserializer, stage.size_contract, config))
+            workers = max(workers, owner.max_workers if isinstance(owner, AsyncSerdeProcessor)
+                          else stage.max_workers)
+        return SerdeChainProcessor(chain_stages, workers,
+                                   owned=[p.owner for p in built if p.owner is not None])
+    except BaseException:
+        for part in built:
+            if part.owner is not None:
+                part.owner.close()
+        raise
 
 
 def create_serde_chain(
     configs: Sequence[SerdeConfig | Mapping[str, Any]],
 ) -> SerdeChainProcessor:
-    """Build each stage through the registry (options validated as usual) and chain them.
-
-    The chain is checked first (:func:`check_chain_configs`: known types, valid options, stages
-    that compose), so nothing is built for a chain that cannot work. Each stage's processor must
-    expose ``serializer`` and ``deserializer`` (every :class:`~lmserde.AsyncSerdeProcessor`
-    does); the chain runs with the largest ``max_workers`` of its stages. Its
-    :meth:`get_config` lists the stages' configs.
-    """
-    from lmserde.registry import create_serde_processor, get_serde_size_contract
-
-    check_chain_configs(configs)
-    built: list[SerdeProcessor] = []
-    try:
-        stages: list[ChainStage] = []
-        workers = 1
-        for config in configs:
-            serde_type = _config_type(config)
-            proc = create_serde_processor(config)
-            built.append(proc)
-            serializer = getattr(proc, "serializer", None)
-            deserializer = getattr(proc, "deserializer", None)
-            if serializer is None or deserializer is None:
-                raise ValueError(
-                    f"serde '{serde_type}' cannot be chained: its processor "
-                    f"({type(proc).__name__}) does not expose its serializer and deserializer"
-                )
-            stages.append(ChainStage(serde_type, serializer, deserializer,
-                                     get_serde_size_contract(serde_type),
-                                     proc.get_config() if isinstance(proc, SerdeProcessor)
-                                     else None))
-            workers = max(workers, int(getattr(proc, "max_workers", 1)))
-        return SerdeChainProcessor(stages, workers, owned=built)
-    except BaseException:
-        for proc in built:
-            proc.close()
-        raise
+    """Resolve the chain (:func:`resolve_chain`: known types, valid options, stages that
+    compose, so nothing is built for a chain that cannot work), then build it as one processor
+    (:func:`build_serde_chain`)."""
+    return build_serde_chain(resolve_chain(configs))

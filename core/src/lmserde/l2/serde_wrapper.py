@@ -108,9 +108,8 @@ def _layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
 
 
 def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
-    declared = getattr(serde, "size_contract", None)
-    if isinstance(declared, SerdeSizeContract):
-        return declared
+    if serde.size_contract is not None:
+        return serde.size_contract
     try:
         from lmserde.registry import get_serde_size_contract
 
@@ -123,8 +122,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
 
     ``serde`` is owned by the wrapper (closed with it); ``l1_manager`` provides the temporary
-    buffers. ``size_contract`` defaults to the processor's ``size_contract`` attribute, else the
-    contract registered for ``serde_type``, else ``UPPER_BOUND``; an ``UPPER_BOUND`` serde on an
+    buffers. ``size_contract`` defaults to the processor's declared
+    :attr:`~lmserde.SerdeProcessor.size_contract`, else the contract registered for
+    ``serde_type``, else ``UPPER_BOUND``; an ``UPPER_BOUND`` serde on an
     adapter that cannot report object sizes is refused with ``ValueError`` here, at construction.
 
     With ``frame=True`` (the default) every stored object is a stored-object frame: a 64-byte
@@ -142,7 +142,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     results are per key: inner misses, keys whose stored object fails a frame check (reasons
     ``format``, ``length``, ``config``, ``key``, ``layout``, ``checksum``) and keys that fail to
     deserialize (``decode``) are misses; the other keys of the batch still hit (per-key outcomes
-    need a processor with ``query_deserialize_outcome``; other processors fail the whole batch).
+    need a processor that :attr:`~lmserde.SerdeProcessor.reports_item_outcomes`; other
+    processors fail the whole batch).
     A rejected key is deleted from ``inner`` (self-repair: the next store writes it again) unless
     ``repair=False`` (``lmserde scrub`` without ``--delete`` looks without touching).
 
@@ -169,7 +170,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         self._inner = inner_adapter
         self._serde = serde
         self._l1 = l1_manager
-        self.serde_type = serde_type or str(getattr(serde, "serde_type", type(serde).__name__))
+        self.serde_type = serde_type or serde.serde_type or type(serde).__name__
         self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
         if self.size_contract is SerdeSizeContract.UPPER_BOUND and not adapter_reports_sizes(inner_adapter):
             backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
@@ -183,7 +184,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         self._repair = bool(repair)
         self._in_map = serde.input_slot_mapping()
         self._out_map = serde.output_slot_mapping()
-        self._has_outcomes = callable(getattr(serde, "query_deserialize_outcome", None))
+        self._has_outcomes = serde.reports_item_outcomes
         watched = {serde.get_serialize_event_fd(): self._drain_serialize,
                    serde.get_deserialize_event_fd(): self._drain_deserialize,
                    inner_adapter.get_store_event_fd(): self._drain_inner_store,
@@ -695,7 +696,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             pending = list(self._deserializing.items())
         for serde_id, task in pending:
             if self._has_outcomes:
-                outcome = self._serde.query_deserialize_outcome(serde_id)  # type: ignore[attr-defined]
+                outcome = self._serde.query_deserialize_outcome(serde_id)
                 if outcome is None:
                     continue
                 oks = [outcome.item_ok(i) if i < len(outcome.item_errors) else False

@@ -79,14 +79,10 @@ class _BridgeFactory:
         self.__doc__ = f"lmserde serde '{serde_type}' (bridged by lmserde.lmcache)"
 
     def __call__(self, kwargs: dict[str, Any]) -> SerdeProcessor:
-        from lmserde.registry import create_serde_processor, get_serde_size_contract
+        from lmserde.serde_build import resolve_serde
 
-        processor = create_serde_processor(SerdeConfig(self.serde_type, dict(kwargs or {})))
-        try:
-            contract = get_serde_size_contract(self.serde_type)
-        except BaseException:
-            processor.close()
-            raise
+        resolved = resolve_serde(SerdeConfig(self.serde_type, dict(kwargs or {})))
+        processor, contract = resolved.build_processor(), resolved.size_contract
         pad = self.pad_upper_bound and contract is SerdeSizeContract.UPPER_BOUND
         return LMCacheProcessorBridge(processor, serde_type=self.serde_type, size_contract=contract,
                                       pad_to_estimate=pad)

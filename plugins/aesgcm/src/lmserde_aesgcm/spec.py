@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmserde import (
-    AsyncSerdeProcessor,
     DataKind,
     SerdeOption,
+    SerdePair,
+    SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
     max_workers_option,
@@ -26,7 +27,8 @@ from lmserde_aesgcm.serde import (
     AesGcmSerializer,
 )
 
-__all__ = ["SERDE_TYPE", "OPTIONS", "AESGCM_SPEC", "build_key_provider", "create_aesgcm_processor"]
+__all__ = ["SERDE_TYPE", "OPTIONS", "AESGCM_SPEC", "build_key_provider", "create_aesgcm_pair",
+           "create_aesgcm_processor"]
 
 SERDE_TYPE = "aesgcm"
 
@@ -119,8 +121,9 @@ def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
     return resolve_key_provider(name, opts.get("key_provider_options") or {})
 
 
-def create_aesgcm_processor(opts: dict[str, Any]) -> AsyncSerdeProcessor:
-    """Factory: build the processor from validated options (see :data:`OPTIONS`)."""
+def create_aesgcm_pair(opts: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated options (see :data:`OPTIONS`); both share
+    one key provider and cipher cache."""
     aes_bits = int(opts.get("aes_bits", 128))
     _check_aes_bits(aes_bits)
     frame_version = int(opts.get("frame_version", DEFAULT_FRAME_VERSION))
@@ -128,13 +131,16 @@ def create_aesgcm_processor(opts: dict[str, Any]) -> AsyncSerdeProcessor:
     ciphers = CipherCache(build_key_provider(opts))
     serializer = AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version)
     deserializer = AesGcmDeserializer(ciphers, aes_bits=aes_bits)
-    return AsyncSerdeProcessor(
-        serializer, deserializer, int(opts.get("max_workers", 1)), serde_type=SERDE_TYPE
-    )
+    return SerdePair(serializer, deserializer)
+
+
+def create_aesgcm_processor(opts: dict[str, Any]) -> SerdeProcessor:
+    """The processor core builds from :func:`create_aesgcm_pair` for validated options."""
+    return AESGCM_SPEC.create_processor(SERDE_TYPE, opts)
 
 
 AESGCM_SPEC = SerdeSpec(
-    factory=create_aesgcm_processor,
+    pair_factory=create_aesgcm_pair,
     description="AES-GCM encryption at rest; frame v2 binds each frame to its object key, "
     "v1 is LMCache's frame",
     options=OPTIONS,

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 from lmserde import (
-    AsyncSerdeProcessor,
     DataKind,
     SerdeOption,
+    SerdePair,
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
@@ -103,32 +103,32 @@ def _codec(kwargs: dict[str, Any], k_dtype_tag: str = "bfloat16") -> AsymCodec:
     )
 
 
-def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """Factory of ``asym_k16_v8`` (storage-only: K bit-exact, V fp8)."""
+def _asym_pair(kwargs: dict[str, Any]) -> SerdePair:
+    """The pair of ``asym_k16_v8`` (storage-only: K bit-exact, V fp8)."""
     codec = _codec(kwargs)
     log_fallback_once()
-    return AsyncSerdeProcessor(
-        AsymK16V8MultiSerializer(codec),
-        AsymK16V8MultiDeserializer(codec),
-        kwargs.get("max_workers", DEFAULT_MAX_WORKERS),
-        serde_type="asym_k16_v8",
-    )
+    return SerdePair(AsymK16V8MultiSerializer(codec), AsymK16V8MultiDeserializer(codec))
+
+
+def _asym_v_only_pair(kwargs: dict[str, Any]) -> SerdePair:
+    """The pair of ``asym_k16_v8_v_only`` (V alone as fp8; K stays elsewhere)."""
+    codec = _codec(kwargs, str(kwargs.get("k_dtype_tag", "bfloat16")))
+    log_fallback_once()
+    return SerdePair(AsymK16V8VOnlyMultiSerializer(codec), AsymK16V8VOnlyMultiDeserializer(codec))
+
+
+def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
+    """The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4)."""
+    return ASYM_K16_V8_SPEC.create_processor("asym_k16_v8", kwargs)
 
 
 def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """Factory of ``asym_k16_v8_v_only`` (V alone as fp8; K stays elsewhere)."""
-    codec = _codec(kwargs, str(kwargs.get("k_dtype_tag", "bfloat16")))
-    log_fallback_once()
-    return AsyncSerdeProcessor(
-        AsymK16V8VOnlyMultiSerializer(codec),
-        AsymK16V8VOnlyMultiDeserializer(codec),
-        kwargs.get("max_workers", DEFAULT_MAX_WORKERS),
-        serde_type="asym_k16_v8_v_only",
-    )
+    """The ``asym_k16_v8_v_only`` processor core builds from its pair."""
+    return ASYM_K16_V8_V_ONLY_SPEC.create_processor("asym_k16_v8_v_only", kwargs)
 
 
 ASYM_K16_V8_SPEC = SerdeSpec(
-    factory=create_asym_k16_v8,
+    pair_factory=_asym_pair,
     description="K stored bit-exact, V as fp8 with a per-tensor scale (LMCache EncodedKV v1)",
     options=_COMMON_OPTIONS,
     size_contract=SerdeSizeContract.UPPER_BOUND,
@@ -141,7 +141,7 @@ ASYM_K16_V8_SPEC = SerdeSpec(
 )
 
 ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
-    factory=create_asym_k16_v8_v_only,
+    pair_factory=_asym_v_only_pair,
     description="V alone as fp8 with a per-tensor scale, K slot absent (LMCache EncodedKV v1)",
     options=(
         *_COMMON_OPTIONS,

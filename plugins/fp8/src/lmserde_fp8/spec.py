@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde import (
-    AsyncSerdeProcessor,
     DataKind,
     SerdeOption,
+    SerdePair,
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
@@ -19,7 +19,7 @@ from lmserde_fp8.formats import check_fp8_dtype_name, resolve_fp8_dtype
 from lmserde_fp8.scaling import ScalingMode
 from lmserde_fp8.serde import Fp8QuantizationDeserializer, Fp8QuantizationSerializer
 
-__all__ = ["FP8_OPTIONS", "FP8_SPEC", "create_fp8_processor"]
+__all__ = ["FP8_OPTIONS", "FP8_SPEC", "create_fp8_pair", "create_fp8_processor"]
 
 FP8_OPTIONS: tuple[SerdeOption, ...] = (
     SerdeOption(
@@ -42,21 +42,22 @@ FP8_OPTIONS: tuple[SerdeOption, ...] = (
 )
 
 
-def create_fp8_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """Build the processor from validated kwargs (every option present, defaults filled in)."""
+def create_fp8_pair(kwargs: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated kwargs (every option present)."""
     fp8_dtype = resolve_fp8_dtype(kwargs["fp8_dtype"])
     scaling = ScalingMode(kwargs["scaling"])
     kernel.log_fallback_once()
-    return AsyncSerdeProcessor(
-        Fp8QuantizationSerializer(fp8_dtype, scaling),
-        Fp8QuantizationDeserializer(fp8_dtype, scaling),
-        kwargs["max_workers"],
-        serde_type="fp8",
-    )
+    return SerdePair(Fp8QuantizationSerializer(fp8_dtype, scaling),
+                     Fp8QuantizationDeserializer(fp8_dtype, scaling))
+
+
+def create_fp8_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
+    """The processor core builds from :func:`create_fp8_pair` for validated kwargs."""
+    return FP8_SPEC.create_processor("fp8", kwargs)
 
 
 FP8_SPEC = SerdeSpec(
-    factory=create_fp8_processor,
+    pair_factory=create_fp8_pair,
     description="fp8 cast (LMCache-compatible bytes), fast CPU codec, optional scaling",
     options=FP8_OPTIONS,
     size_contract=SerdeSizeContract.EXACT,

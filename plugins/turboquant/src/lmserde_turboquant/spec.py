@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde import (
-    AsyncSerdeProcessor,
     DataKind,
     SerdeOption,
+    SerdePair,
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
@@ -24,7 +24,7 @@ from lmserde_turboquant.config import (
 from lmserde_turboquant.presets import PRESETS
 from lmserde_turboquant.serde import TurboQuantDeserializer, TurboQuantSerializer
 
-__all__ = ["TURBOQUANT_SPEC", "create_turboquant_processor"]
+__all__ = ["TURBOQUANT_SPEC", "create_turboquant_pair", "create_turboquant_processor"]
 
 _CONFIG_FIELDS = ("preset", "head_dim", "block_size", "skip_first_layers", "skip_last_layers",
                   "backend")
@@ -39,21 +39,21 @@ def _check_field(name: str) -> Any:
     return check
 
 
-def create_turboquant_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """Factory: a processor from validated kwargs (every declared option present)."""
+def create_turboquant_pair(kwargs: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated kwargs (every declared option present)."""
     config = TurboQuantConfig(**{name: kwargs[name] for name in _CONFIG_FIELDS if name in kwargs})
     if config.backend == "auto":
         codec_native.log_fallback_once()
-    return AsyncSerdeProcessor(
-        TurboQuantSerializer(config),
-        TurboQuantDeserializer(config),
-        kwargs.get("max_workers", 1),
-        serde_type="turboquant",
-    )
+    return SerdePair(TurboQuantSerializer(config), TurboQuantDeserializer(config))
+
+
+def create_turboquant_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
+    """The processor core builds from :func:`create_turboquant_pair` for validated kwargs."""
+    return TURBOQUANT_SPEC.create_processor("turboquant", kwargs)
 
 
 TURBOQUANT_SPEC = SerdeSpec(
-    factory=create_turboquant_processor,
+    pair_factory=create_turboquant_pair,
     description="TurboQuant KV quantization (LMCache presets, TurboQuant-MSE values); CPU or GPU",
     options=(
         SerdeOption("preset", str, "turboquant_k8v4",

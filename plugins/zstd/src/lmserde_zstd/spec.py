@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde import (
-    AsyncSerdeProcessor,
     DataKind,
     SerdeOption,
+    SerdePair,
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
@@ -30,7 +30,7 @@ from lmserde_zstd.serde import (
     ZstdSerializer,
 )
 
-__all__ = ["SERDE_TYPE", "ZSTD_OPTIONS", "ZSTD_SPEC", "create_zstd_processor"]
+__all__ = ["SERDE_TYPE", "ZSTD_OPTIONS", "ZSTD_SPEC", "create_zstd_pair", "create_zstd_processor"]
 
 SERDE_TYPE = "zstd"
 
@@ -77,18 +77,21 @@ ZSTD_OPTIONS: tuple[SerdeOption, ...] = (
 )
 
 
-def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """Build the processor from validated kwargs (every option present, defaults filled in)."""
+def create_zstd_pair(kwargs: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated kwargs (every option present)."""
     serializer = ZstdSerializer(codec=kwargs["codec"], level=kwargs["level"],
                                 shuffle=kwargs["shuffle"],
                                 min_saving=kwargs["min_saving"], nthreads=kwargs["nthreads"])
-    deserializer = ZstdDeserializer(nthreads=kwargs["nthreads"])
-    return AsyncSerdeProcessor(serializer, deserializer, kwargs["max_workers"],
-                               serde_type=SERDE_TYPE)
+    return SerdePair(serializer, ZstdDeserializer(nthreads=kwargs["nthreads"]))
+
+
+def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
+    """The processor core builds from :func:`create_zstd_pair` for validated kwargs."""
+    return ZSTD_SPEC.create_processor(SERDE_TYPE, kwargs)
 
 
 ZSTD_SPEC = SerdeSpec(
-    factory=create_zstd_processor,
+    pair_factory=create_zstd_pair,
     description="lossless byte planes + zstd on the planes that compress; stores incompressible "
                 "input raw",
     options=ZSTD_OPTIONS,
