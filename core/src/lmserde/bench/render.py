@@ -7,6 +7,7 @@ from typing import Any
 from lmserde.bench.frame_overhead import describe_frame_overhead
 from lmserde.bench.recommend import format_bandwidth
 from lmserde.bench.report import BenchReport, SerdeResult
+from lmserde.text_table import format_table
 
 __all__ = ["TABLE_HEADERS", "table_rows", "render_plain", "print_rich", "describe_source"]
 
@@ -105,7 +106,6 @@ def _legend(report: BenchReport) -> str:
 
 def render_plain(report: BenchReport) -> str:
     """The whole report as plain text (no rich needed)."""
-    from lmserde.cli.table import format_table
 
     lines = [f"lmserde bench: {describe_source(report)}", ""]
     rows = table_rows(report)

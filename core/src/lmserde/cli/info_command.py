@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from lmserde.cli.table import format_table
 from lmserde.registry import get_serde_spec, list_serdes
+from lmserde.text_table import format_table
 
 __all__ = ["add_parser", "run"]
 

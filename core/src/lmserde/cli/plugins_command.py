@@ -15,11 +15,11 @@ import argparse
 import json
 from dataclasses import asdict
 
-from lmserde.cli.table import format_table
 from lmserde.hooks import HOOKS_GROUP
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError
 from lmserde.registries import L2_ADAPTERS
 from lmserde.registry import list_serdes
+from lmserde.text_table import format_table
 
 __all__ = ["add_parser", "run"]
 

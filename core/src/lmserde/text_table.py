@@ -1,4 +1,4 @@
-"""Plain-text tables for CLI output (no dependency, stable for tests and pipes)."""
+"""Plain-text tables for the CLI and the bench report (no dependency, stable for tests and pipes)."""
 
 from __future__ import annotations
 
