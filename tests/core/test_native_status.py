@@ -27,7 +27,7 @@ def _broken_status() -> dict[str, Any]:
 @pytest.fixture
 def native_serdes() -> Iterator[None]:
     for name, fn in (("t_native", _status), ("t_native_broken", _broken_status)):
-        register_serde_factory(name, SerdeSpec(factory=IDENTITY_SPEC.factory,
+        register_serde_factory(name, SerdeSpec(pair_factory=IDENTITY_SPEC.pair_factory,
                                                description="test", native_status=fn))
     yield
     unregister_serde_factory("t_native")
@@ -36,9 +36,9 @@ def native_serdes() -> Iterator[None]:
 
 def test_describe_native_is_contained() -> None:
     assert IDENTITY_SPEC.describe_native() is None  # no native code
-    assert SerdeSpec(factory=IDENTITY_SPEC.factory, native_status=_status).describe_native() == \
+    assert SerdeSpec(pair_factory=IDENTITY_SPEC.pair_factory, native_status=_status).describe_native() == \
         _status()
-    broken = SerdeSpec(factory=IDENTITY_SPEC.factory, native_status=_broken_status)
+    broken = SerdeSpec(pair_factory=IDENTITY_SPEC.pair_factory, native_status=_broken_status)
     assert broken.describe_native() == {"error": "SystemExit: plugin bug"}
 
 
