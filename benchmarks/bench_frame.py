@@ -30,7 +30,7 @@ import torch
 from lmserde import MemoryLayoutDesc, ObjectKey
 from lmserde.l1 import L1Error, L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, load_sync, store_sync
-from lmserde.l2.stored_frame import payload_checksum
+from lmserde.l2.serde.stored_frame import payload_checksum
 
 GOAL = 0.05
 LLAMA3_8B_CHUNK = MemoryLayoutDesc([[32, 2, 256, 8 * 128]], [torch.bfloat16])

@@ -41,8 +41,12 @@ class Source:
 
     @property
     def native(self) -> bool:
+        """Whether its setup.py compiles C sources (directly or through the shared build helper)."""
         setup = self.directory / "setup.py"
-        return setup.exists() and "Extension(" in setup.read_text()
+        if not setup.exists():
+            return False
+        text = setup.read_text()
+        return "Extension(" in text or "native_setup_kwargs(" in text
 
     @property
     def file_stem(self) -> str:

@@ -24,8 +24,8 @@ from lmserde import (
 )
 from lmserde.config_identity import canonical_value
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
-from lmserde.l2.serde_chain import create_serde_chain
 from lmserde.registry import register_serde_factory, unregister_serde_factory
+from lmserde.serde_chain import create_serde_chain
 
 
 class Mode(enum.Enum):

@@ -20,9 +20,9 @@ from lmserde import (
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FaultPlan, create_l2_adapter
-from lmserde.l2.serde_chain import check_chain_configs, create_serde_chain
 from lmserde.options import MAX_WORKERS_LIMIT
 from lmserde.registry import register_serde_factory, unregister_serde_factory
+from lmserde.serde_chain import check_chain_configs, create_serde_chain
 
 BUILT: list[str] = []
 

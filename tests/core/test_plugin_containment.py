@@ -24,7 +24,7 @@ from lmserde.hooks import get_plugin_manager, hook_plugin_records
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter
-from lmserde.l2.adapter_registry import rescan_l2_adapter_plugins
+from lmserde.l2.discovery.registry import rescan_l2_adapter_plugins
 from lmserde.registry import list_serdes
 from lmserde.testing import wait_for_result
 

@@ -12,7 +12,7 @@ from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.cli.main import main
 from lmserde.install_hints import L2_ADAPTER_GROUP, SERDE_GROUP
 from lmserde.l2 import create_l2_adapter, list_l2_adapters
-from lmserde.l2.adapter_registry import get_l2_adapter_spec
+from lmserde.l2.discovery.registry import get_l2_adapter_spec
 from lmserde.plugin_discovery import EntryPointGroup
 from lmserde.plugin_registry import SpecRegistry
 from lmserde.registries import L2_ADAPTERS, SERDES

@@ -10,7 +10,7 @@ from lmserde import DataKind, get_serde_spec
 from lmserde.bench.serde_selection import BenchInputError, validate_serde_config
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter
-from lmserde.l2.serde_chain import create_serde_chain
+from lmserde.serde_chain import create_serde_chain
 
 pytest.importorskip("lmserde_fp8")
 pytest.importorskip("lmserde_aesgcm")

@@ -38,7 +38,7 @@ from lmserde.l2 import (
     create_l2_adapter,
     key_file_name,
 )
-from lmserde.l2.serde_wrapper import UNHEALTHY_AFTER_FAILURES
+from lmserde.l2.serde.wrapper import UNHEALTHY_AFTER_FAILURES
 from lmserde.spec import SerdeSizeContract
 
 pytest.importorskip("lmserde_fp8")

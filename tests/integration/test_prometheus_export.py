@@ -17,7 +17,7 @@ from datapath_driver import Cache, key_of, objects_for
 from lmserde import MemoryLayoutDesc
 from lmserde.l1 import L1Manager
 from lmserde.l2 import L2AdapterInterface, create_l2_adapter, key_file_name
-from lmserde.l2.prometheus_export import (
+from lmserde.l2.serde.prometheus_export import (
     REJECTION_REASONS,
     register_wrapper,
     unregister_wrapper,
@@ -227,8 +227,8 @@ def test_without_prometheus_client_the_error_says_how_to_install(
 ) -> None:
     for name in [m for m in sys.modules if m.startswith("prometheus_client")]:
         monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
-    monkeypatch.delitem(sys.modules, "lmserde.l2.prometheus_export")
-    module = importlib.import_module("lmserde.l2.prometheus_export")  # importing still works
+    monkeypatch.delitem(sys.modules, "lmserde.l2.serde.prometheus_export")
+    module = importlib.import_module("lmserde.l2.serde.prometheus_export")  # importing still works
     with pytest.raises(ImportError, match=r"pip install 'lmserde\[prometheus\]'"):
         module.register_wrapper(object())
     with pytest.raises(ImportError, match="prometheus_client"):

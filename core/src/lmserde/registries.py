@@ -1,6 +1,6 @@
 """The registry instances: one :class:`~lmserde.plugin_registry.SpecRegistry` per spec group.
 
-Kept apart from :mod:`lmserde.registry` and :mod:`lmserde.l2.adapter_registry` (their public
+Kept apart from :mod:`lmserde.registry` and :mod:`lmserde.l2.discovery.registry` (their public
 faces) so that listing plugins imports neither torch nor the ``lmserde.l2`` package: the L2
 adapter spec type is imported only when an adapter plugin is loaded.
 """
@@ -14,7 +14,7 @@ from lmserde.plugin_registry import SpecRegistry
 from lmserde.spec import SerdeSpec
 
 if TYPE_CHECKING:
-    from lmserde.l2.adapter_spec import L2AdapterSpec
+    from lmserde.l2.discovery.spec import L2AdapterSpec
 
 __all__ = ["SERDES", "L2_ADAPTERS"]
 
@@ -24,7 +24,7 @@ def _description(spec: Any) -> str:
 
 
 def _coerce_l2_adapter_spec(obj: Any) -> L2AdapterSpec:
-    from lmserde.l2.adapter_spec import L2AdapterSpec
+    from lmserde.l2.discovery.spec import L2AdapterSpec
 
     return L2AdapterSpec.from_entry_object(obj)
 

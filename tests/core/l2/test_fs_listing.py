@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lmserde import ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FSL2Adapter, create_l2_adapter, key_file_name, load_sync, store_sync
-from lmserde.l2.fs_names import (
+from lmserde.l2.adapters.fs_names import (
     MAX_READABLE_NAME,
     is_hashed_name,
     parse_readable_name,
@@ -177,7 +177,7 @@ def test_a_serde_wrapped_fs_lists_the_original_keys(tmp_path: Path) -> None:
 
 
 def test_lmcache_names_follow_lmcache_0_5_6() -> None:
-    from lmserde.l2.fs_names import lmcache_file_name
+    from lmserde.l2.adapters.fs_names import lmcache_file_name
 
     plain = ObjectKey(b"\xab\xcd", "meta-llama/Llama-3-8B", 0x01010000, 2)
     assert lmcache_file_name(plain) == "meta-llama-SEP-Llama-3-8B@0x01010000@2@abcd.data"
@@ -193,7 +193,7 @@ def test_lmcache_names_follow_lmcache_0_5_6() -> None:
                  st.text(st.characters(blacklist_characters="@/\\\x00", codec="utf-8"),
                          max_size=20)))
 def test_lmcache_names_round_trip(key: ObjectKey) -> None:
-    from lmserde.l2.fs_names import lmcache_file_name, parse_lmcache_name
+    from lmserde.l2.adapters.fs_names import lmcache_file_name, parse_lmcache_name
 
     try:
         name = lmcache_file_name(key)

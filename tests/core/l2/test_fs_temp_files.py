@@ -14,7 +14,7 @@ import torch
 from lmserde import TensorMemoryObj
 from lmserde.events import wait_on_fd
 from lmserde.l2 import FSL2Adapter, create_l2_adapter, load_sync, lookup_sync, store_sync
-from lmserde.l2.fs_temp_files import TempName, parse_temp_name, pid_domain, temp_file_prefix
+from lmserde.l2.adapters.fs_temp_files import TempName, parse_temp_name, pid_domain, temp_file_prefix
 from lmserde.testing import adapter_key as key
 
 HOUR = 3600.0
@@ -24,7 +24,7 @@ HOUR = 3600.0
 _STALLED_WRITER = """
 import os, sys, time
 import torch
-import lmserde.l2.fs_adapter as fs_adapter
+import lmserde.l2.adapters.fs as fs_adapter
 from lmserde import ObjectKey, TensorMemoryObj
 
 base, ready = sys.argv[1], int(sys.argv[2])

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from lmserde.events import create_event_notifier
-from lmserde.l2.poll_loop import PollLoop
+from lmserde.l2.contract.poll_loop import PollLoop
 
 WAIT = 10.0
 

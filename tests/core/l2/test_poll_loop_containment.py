@@ -21,7 +21,7 @@ from lmserde.l2 import (
     create_l2_adapter,
     wait_for_store,
 )
-from lmserde.l2.poll_loop import PollLoop
+from lmserde.l2.contract.poll_loop import PollLoop
 
 
 def _key(i: int) -> ObjectKey:

@@ -20,8 +20,8 @@ from lmserde import (
 )
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l2 import ChainStage, SerdeChainProcessor, create_serde_chain
-from lmserde.l2.serde_chain import FRAME_HEADER_BYTES
 from lmserde.registry import register_serde_factory, unregister_serde_factory
+from lmserde.serde_chain import FRAME_HEADER_BYTES
 from lmserde.spec import SerdeSizeContract
 from lmserde.testing import random_object, wait_for_result
 

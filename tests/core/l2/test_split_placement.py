@@ -19,7 +19,7 @@ from lmserde.l2 import (
     derive_storage_placement_mode,
     parse_component_key,
 )
-from lmserde.l2.split_placement import placement_of_processor
+from lmserde.l2.split.placement import placement_of_processor
 
 SPLIT, TOGETHER = StoragePlacementMode.KV_SPLIT_TIER, StoragePlacementMode.KV_TOGETHER
 

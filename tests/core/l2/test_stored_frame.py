@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey
-from lmserde.l2.stored_frame import (
+from lmserde.l2.serde.stored_frame import (
     FRAME_HEADER_BYTES,
     FRAME_MAGIC,
     FrameRejected,
@@ -203,7 +203,7 @@ def test_parse_header_raises_only_frame_rejected(header: bytes) -> None:
 
 def test_long_payloads_are_checksummed_by_segments_as_documented() -> None:
     import xxhash
-    from lmserde.l2.stored_frame import CHECKSUM_SEGMENT_BYTES, payload_checksum
+    from lmserde.l2.serde.stored_frame import CHECKSUM_SEGMENT_BYTES, payload_checksum
 
     seg = CHECKSUM_SEGMENT_BYTES
     data = torch.randint(0, 256, (2 * seg + 17,), dtype=torch.uint8, generator=torch.Generator()

@@ -21,7 +21,7 @@ from aesgcm_objects import kv_object, make_key, obj_bytes
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, load_sync, store_sync
-from lmserde.l2.stored_frame import parse_header
+from lmserde.l2.serde.stored_frame import parse_header
 
 SHAPE = [2, 4, 16, 64]
 NBYTES = 2 * 4 * 16 * 64 * 2

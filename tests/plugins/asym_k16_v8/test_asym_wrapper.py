@@ -21,7 +21,7 @@ from lmserde import (
     create_serde_processor,
 )
 from lmserde.l2 import FRAME_HEADER_BYTES
-from lmserde.l2.stored_frame import parse_header
+from lmserde.l2.serde.stored_frame import parse_header
 from lmserde_asym_k16_v8 import AsymCodec, EncodedKVHeader
 
 SHAPE = [16, 4, 2, 32]  # 4096 elements per tensor

@@ -28,7 +28,7 @@ from lmserde.l2 import (
     load_sync,
     store_sync,
 )
-from lmserde.l2.stored_frame import parse_header
+from lmserde.l2.serde.stored_frame import parse_header
 from lmserde_fp8 import Fp8QuantizationDeserializer
 
 LAYOUTS = {

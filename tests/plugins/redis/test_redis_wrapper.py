@@ -21,7 +21,7 @@ import torch
 from lmserde import MemoryLayoutDesc, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, load_sync, lookup_sync, store_sync
-from lmserde.l2.stored_frame import parse_header
+from lmserde.l2.serde.stored_frame import parse_header
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import KV_LAYOUT, LAYOUT, NBYTES, kv_object, make_key, sentinel
 

@@ -11,7 +11,7 @@ import torch
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, load_sync, store_sync
-from lmserde.l2.stored_frame import parse_header
+from lmserde.l2.serde.stored_frame import parse_header
 from lmserde_turboquant import TurboQuantConfig
 from tq_support import kv_tensor, rel_error
 

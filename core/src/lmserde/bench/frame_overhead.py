@@ -15,7 +15,7 @@ from typing import Any
 from lmserde.bench.chunk_objects import ChunkForm
 from lmserde.bench.data_path import run_data_path
 from lmserde.bench.kv_chunk import KVChunk
-from lmserde.l2.stored_frame import FRAME_HEADER_BYTES
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
 
 __all__ = ["measure_frame_overhead", "describe_frame_overhead"]
 

@@ -55,7 +55,7 @@ from lmserde.bench.serde_selection import (
     validate_serde_config,
 )
 from lmserde.keys import ObjectKey
-from lmserde.l2.split_placement import StoragePlacementMode, placement_of_processor, split_slots
+from lmserde.l2.split.placement import StoragePlacementMode, placement_of_processor, split_slots
 from lmserde.memory import TensorMemoryObj
 from lmserde.registry import get_serde_spec
 

@@ -133,7 +133,7 @@ def validate_serde_config(config: SerdeConfigValue) -> None:
         except ValueError as exc:
             raise BenchInputError(str(exc)) from None
     if isinstance(config, list) and len(config) > 1:
-        from lmserde.l2.serde_chain import check_chain_configs
+        from lmserde.serde_chain import check_chain_configs
 
         try:
             check_chain_configs(config)

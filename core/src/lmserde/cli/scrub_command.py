@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when the command runs: building the parser must not import torch
     from lmserde.l1.manager import L1Manager
-    from lmserde.l2.scrub import ScrubReport
-    from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
+    from lmserde.l2.serde.scrub import ScrubReport
+    from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 
 __all__ = ["add_parser", "run", "EXIT_DAMAGE"]
 
@@ -54,8 +54,8 @@ def _read_spec(text: str) -> Any:
 
 def _build(spec: Any, l1: L1Manager) -> SerdeL2AdapterWrapper:
     """The adapter and serde a spec names, wrapped without self-repair (scrub only looks)."""
-    from lmserde.l2.adapter_config import create_l2_adapter, parse_l2_adapter_spec
-    from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
+    from lmserde.l2.build import create_l2_adapter, parse_l2_adapter_spec
+    from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 
     config = parse_l2_adapter_spec(spec)
     if config.serde_config is None:
@@ -97,7 +97,7 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lmserde.l1.manager import L1Manager
-    from lmserde.l2.scrub import scrub_adapter
+    from lmserde.l2.serde.scrub import scrub_adapter
 
     try:
         spec = _read_spec(args.spec)

@@ -7,14 +7,30 @@ is given, or in a :class:`SplitTierL2Adapter` for a split-tier serde (``asym_k16
 stays in L1, V goes to L2).
 """
 
-from lmserde.l2.adapter_config import (
+from lmserde.l2.adapters.fault import FaultInjectingL2Adapter, FaultPlan, InjectedFaultError
+from lmserde.l2.adapters.fs import FSL2Adapter, key_file_name
+from lmserde.l2.adapters.memory import MemoryL2Adapter
+from lmserde.l2.build import (
     L2AdapterConfig,
     create_l2_adapter,
     create_serde_for_config,
     parse_l2_adapter_spec,
     parse_serde_config,
 )
-from lmserde.l2.adapter_registry import (
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2AdapterInterface, L2Listener, L2TaskId
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.sync_driver import (
+    load_sync,
+    lookup_sync,
+    store_sync,
+    wait_for_load,
+    wait_for_lookup,
+    wait_for_store,
+)
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.usage import AdapterUsage
+from lmserde.l2.discovery.registry import (
     L2_ADAPTER_GROUP,
     L2AdapterInfo,
     get_l2_adapter_spec,
@@ -24,18 +40,15 @@ from lmserde.l2.adapter_registry import (
     rescan_l2_adapter_plugins,
     unregister_l2_adapter_type,
 )
-from lmserde.l2.adapter_spec import L2AdapterFactory, L2AdapterSpec
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.fault_adapter import FaultInjectingL2Adapter, FaultPlan, InjectedFaultError
-from lmserde.l2.fs_adapter import FSL2Adapter, key_file_name
-from lmserde.l2.interface import L2AdapterInterface, L2Listener, L2TaskId
-from lmserde.l2.memory_adapter import MemoryL2Adapter
-from lmserde.l2.scrub import ScrubReport, scrub_adapter
-from lmserde.l2.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
-from lmserde.l2.serde_wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
-from lmserde.l2.split_k_pool import SPLIT_TIER_K_TAG
-from lmserde.l2.split_manifest import SplitTierManifest, SplitTierState
-from lmserde.l2.split_placement import (
+from lmserde.l2.discovery.spec import L2AdapterFactory, L2AdapterSpec
+from lmserde.l2.serde.metrics import LatencySummary, WrapperMetrics
+from lmserde.l2.serde.scrub import ScrubReport, scrub_adapter
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS, FrameRejected, ObjectFramer
+from lmserde.l2.serde.wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
+from lmserde.l2.split.adapter import SplitTierL2Adapter, create_split_tier_adapter
+from lmserde.l2.split.k_pool import SPLIT_TIER_K_TAG
+from lmserde.l2.split.manifest import SplitTierManifest, SplitTierState
+from lmserde.l2.split.placement import (
     SplitTierConfigError,
     StoragePlacementMode,
     check_split_tier_specs,
@@ -43,20 +56,7 @@ from lmserde.l2.split_placement import (
     derive_storage_placement_mode,
     parse_component_key,
 )
-from lmserde.l2.split_tier import SplitTierL2Adapter, create_split_tier_adapter
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS, FrameRejected, ObjectFramer
-from lmserde.l2.sync_driver import (
-    load_sync,
-    lookup_sync,
-    store_sync,
-    wait_for_load,
-    wait_for_lookup,
-    wait_for_store,
-)
-from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.l2.usage import AdapterUsage
-from lmserde.l2.wrapper_metrics import LatencySummary, WrapperMetrics
+from lmserde.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
 
 __all__ = [
     "FRAME_HEADER_BYTES",

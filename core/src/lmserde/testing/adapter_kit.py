@@ -30,9 +30,9 @@ from typing import ClassVar
 import torch
 
 from lmserde.keys import ObjectKey
-from lmserde.l2.interface import L2AdapterInterface
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.sync_driver import (
+from lmserde.l2.contract.interface import L2AdapterInterface
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.sync_driver import (
     load_sync,
     lookup_sync,
     store_sync,

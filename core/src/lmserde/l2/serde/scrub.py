@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from lmserde.keys import ObjectKey
-from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
-from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, FrameRejected, parse_header
-from lmserde.l2.sync_driver import load_sync
+from lmserde.l2.contract.sync_driver import load_sync
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, parse_header
+from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 

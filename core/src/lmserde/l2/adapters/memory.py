@@ -12,11 +12,11 @@ import torch
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
-from lmserde.l2.adapter_spec import L2AdapterSpec
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption

@@ -13,13 +13,13 @@ from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.containment import describe_exception
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
-from lmserde.l2.adapter_spec import L2AdapterSpec
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.inner_delegation import InnerAdapterDelegation
-from lmserde.l2.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.poll_loop import PollLoop
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption
 
@@ -322,7 +322,7 @@ def _check_inner(value: Any) -> None:
 
 
 def _create_fault(options: dict[str, Any], l1_manager: Any) -> FaultInjectingL2Adapter:
-    from lmserde.l2.adapter_config import create_l2_adapter
+    from lmserde.l2.build import create_l2_adapter
 
     plan = FaultPlan(
         seed=options["seed"],

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from lmserde.events import wait_on_fd
 from lmserde.keys import ObjectKey
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.interface import L2AdapterInterface
-from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2AdapterInterface
+from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.memory import MemoryObj
 
 __all__ = [

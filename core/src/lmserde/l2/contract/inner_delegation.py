@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lmserde.keys import ObjectKey
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.usage import AdapterUsage
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.layout import MemoryLayoutDesc
 
 if TYPE_CHECKING:
-    from lmserde.l2.interface import L2AdapterInterface, L2TaskId
+    from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 
 __all__ = ["InnerAdapterDelegation", "adapter_reports_sizes"]
 

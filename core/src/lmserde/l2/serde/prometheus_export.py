@@ -3,7 +3,7 @@
 ``pip install 'lmserde[prometheus]'`` installs ``prometheus_client``; then::
 
     from prometheus_client import start_http_server
-    from lmserde.l2.prometheus_export import register_wrapper
+    from lmserde.l2.serde.prometheus_export import register_wrapper
 
     register_wrapper(adapter, name="kv-fs")   # adapter: a SerdeL2AdapterWrapper
     start_http_server(9400)

@@ -2,7 +2,7 @@
 
 Store: temporary byte buffers are reserved in L1 (one batch, each sized from its own object's
 layout), the serde serializes into them, the wrapper seals each one in a stored-object frame
-(:mod:`lmserde.l2.stored_frame`), the inner adapter stores them under the original keys, and the
+(:mod:`lmserde.l2.serde.stored_frame`), the inner adapter stores them under the original keys, and the
 temporaries are released. Load: temporaries sized to the stored object are filled by the inner
 adapter, each frame is verified, and the payloads are deserialized into the caller's objects, key
 by key: a key whose bytes fail a check or do not decode is a miss for that key only, counted by
@@ -31,14 +31,14 @@ from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
-from lmserde.l2.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.poll_loop import PollLoop
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer
-from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.l2.wrapper_metrics import WrapperMetrics
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.serde.metrics import WrapperMetrics
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj
 from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
@@ -149,7 +149,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
 
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
-    ``serde_wrapper`` (the :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics` snapshot, with
+    ``serde_wrapper`` (the :class:`~lmserde.l2.serde.metrics.WrapperMetrics` snapshot, with
     ``rejections`` by reason and ``repaired``); its ``is_healthy`` is false while the inner adapter
     is unhealthy or after :data:`UNHEALTHY_AFTER_FAILURES` consecutive failing stores or loads.
     Each finished task is also emitted as a :class:`~lmserde.WrapperTaskEvent`.
@@ -259,7 +259,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
         return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
 
     def metrics(self) -> dict[str, Any]:
-        """The wrapper's own metrics (see :class:`~lmserde.l2.wrapper_metrics.WrapperMetrics`)."""
+        """The wrapper's own metrics (see :class:`~lmserde.l2.serde.metrics.WrapperMetrics`)."""
         return self._metrics.snapshot()
 
     def get_store_event_fd(self) -> int:

@@ -10,9 +10,9 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from lmserde.keys import ObjectKey
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.usage import AdapterUsage
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 

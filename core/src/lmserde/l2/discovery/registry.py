@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmserde.install_hints import L2_ADAPTER_GROUP
-from lmserde.l2.adapter_spec import L2AdapterFactory, L2AdapterSpec
+from lmserde.l2.discovery.spec import L2AdapterFactory, L2AdapterSpec
 from lmserde.plugin_registry import PluginInfo
 from lmserde.registries import L2_ADAPTERS
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
-from lmserde.l2.adapter_registry import (
+from lmserde.l2.contract.interface import L2AdapterInterface
+from lmserde.l2.discovery.registry import (
     L2_ADAPTERS,
     get_l2_adapter_spec,
     get_registered_l2_adapter_types,
 )
-from lmserde.l2.interface import L2AdapterInterface
 from lmserde.serde_build import ResolvedSerde, as_serde_config, resolve_serde
 from lmserde.spec import SerdeSizeContract
 
@@ -88,8 +88,8 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
 
 def resolve_serde_value(serde_config: SerdeConfigValue) -> ResolvedSerde | list[ResolvedSerde]:
     """Look up and validate a serde config or chain once (see :func:`~lmserde.serde_build.resolve_serde`
-    and :func:`~lmserde.l2.serde_chain.resolve_chain`); nothing is built."""
-    from lmserde.l2.serde_chain import resolve_chain
+    and :func:`~lmserde.serde_chain.resolve_chain`); nothing is built."""
+    from lmserde.serde_chain import resolve_chain
 
     if isinstance(serde_config, list):
         return resolve_chain(serde_config)
@@ -100,7 +100,7 @@ def build_resolved_serde(
     resolved: ResolvedSerde | list[ResolvedSerde],
 ) -> tuple[SerdeProcessor, str, SerdeSizeContract]:
     """The processor, type name and size contract of a resolved serde or chain."""
-    from lmserde.l2.serde_chain import build_serde_chain
+    from lmserde.serde_chain import build_serde_chain
 
     if isinstance(resolved, list):
         chain = build_serde_chain(resolved)
@@ -133,7 +133,7 @@ def check_serde_config(serde_config: SerdeConfigValue) -> None:
 
     Every stage's type and options are checked against its spec (``ValueError`` naming the bad
     option) and a chain's stages must compose (``ValueError`` naming the stage; see
-    :func:`~lmserde.l2.serde_chain.check_chain_configs`).
+    :func:`~lmserde.serde_chain.check_chain_configs`).
     """
     resolve_serde_value(serde_config)
 
@@ -151,7 +151,7 @@ def create_l2_adapter(
     gives a :class:`~lmserde.PluginLoadError` naming the adapter and its distribution. An
     ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. A
     split-tier serde (``*_v_only``, or a slot mapping that leaves K out) gives a
-    :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` (K kept in ``l1_manager``, V stored through
+    :class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` (K kept in ``l1_manager``, V stored through
     the serde); its startup rules raise ``SplitTierConfigError`` here. Nothing is leaked when
     building fails. ``repair=False`` makes the serde wrapper leave refused objects in place (for
     tools that only inspect, like scrub).
@@ -169,15 +169,15 @@ def create_l2_adapter(
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if resolved is None:
         return adapter
-    from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
-    from lmserde.l2.split_placement import StoragePlacementMode, resolve_placement
+    from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
+    from lmserde.l2.split.placement import StoragePlacementMode, resolve_placement
 
     processor: SerdeProcessor | None = None
     try:
         processor, serde_type, contract = build_resolved_serde(resolved)
         assert l1_manager is not None
         if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
-            from lmserde.l2.split_tier import create_split_tier_adapter
+            from lmserde.l2.split.adapter import create_split_tier_adapter
 
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,

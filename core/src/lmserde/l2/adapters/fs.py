@@ -1,4 +1,8 @@
-"""``fs``: one file per key under a directory, written atomically, read back by exact length."""
+"""``fs``: one file per key under a directory, written atomically, read back by exact length.
+
+This module is over 400 lines because it is one adapter's whole contract (store, lookup, load,
+sizes, delete, listing, status) over one directory; its file names and its sweep of stale
+temporary files live in ``fs_names.py`` and ``fs_temp_files.py``."""
 
 from __future__ import annotations
 
@@ -16,9 +20,7 @@ from typing import Any
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
-from lmserde.l2.adapter_spec import L2AdapterSpec
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.fs_names import (
+from lmserde.l2.adapters.fs_names import (
     DATA_SUFFIX,
     MAX_READABLE_NAME,
     SIDECAR_SUFFIX,
@@ -30,10 +32,12 @@ from lmserde.l2.fs_names import (
     readable_name,
     sidecar_name,
 )
-from lmserde.l2.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
-from lmserde.l2.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.task_queues import AdapterTaskQueues
+from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 from lmserde.options import SerdeOption
@@ -114,12 +118,12 @@ class FSL2Adapter(L2AdapterInterface):
       destination is a hit.
     * ``get_object_sizes`` reports file lengths. Lookups check existence; locks are no-ops (no
       eviction). Stores and loads run on ``io_workers`` threads; lookups complete inside submit.
-    * Opening removes temporary files of dead writers (see :mod:`lmserde.l2.fs_temp_files`:
+    * Opening removes temporary files of dead writers (see :mod:`lmserde.l2.adapters.fs_temp_files`:
       writers of this host whose pid is gone, any writer's file unmodified for
       ``stale_tmp_seconds``); ``report_status`` counts what the sweep did (``tmp_removed``,
       ``tmp_kept_live``, ``tmp_kept_young``, ``tmp_sweep_errors``).
     * :meth:`list_l2_keys` lists stored keys from the file names. A key whose name is hashed
-      (:func:`~lmserde.l2.fs_names.key_file_name`) gets a sidecar ``h-<digest>.key`` holding its
+      (:func:`~lmserde.l2.adapters.fs_names.key_file_name`) gets a sidecar ``h-<digest>.key`` holding its
       readable name, published before the data file and removed by :meth:`delete`.
 
     Usage accounting covers what this instance stored and deleted.

@@ -3,7 +3,7 @@
 ``KV_TOGETHER`` (every serde but the V-only ones): the serde writes one blob holding the whole
 object to L2. ``KV_SPLIT_TIER`` (``*_v_only`` serdes, and any serde whose input slot mapping
 names a single group, like ``(None, 1)``): K stays in L1 under its own child key, V is
-serialized to L2 under another; :class:`~lmserde.l2.split_tier.SplitTierL2Adapter` implements it.
+serialized to L2 under another; :class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` implements it.
 
 The child keys of a logical key (:func:`derive_component_key`) keep its model name, rank, object
 group and cache salt (so both halves are billed to the same tenant) and append a fixed marker to

@@ -10,7 +10,7 @@ from lmserde.options import SerdeOption, validate_options
 
 if TYPE_CHECKING:
     from lmserde.l1.manager import L1Manager
-    from lmserde.l2.interface import L2AdapterInterface
+    from lmserde.l2.contract.interface import L2AdapterInterface
 
 __all__ = ["L2AdapterSpec", "L2AdapterFactory"]
 

@@ -2,22 +2,26 @@
 
 For a V-only serde such as ``asym_k16_v8_v_only`` (slot mapping ``(None, 1)``), every logical key
 is stored as two halves under distinct child keys (:func:`derive_component_key`, same model, rank,
-group and salt): the K group is copied into L1 (:class:`~lmserde.l2.split_k_pool.KChildPool`,
+group and salt): the K group is copied into L1 (:class:`~lmserde.l2.split.k_pool.KChildPool`,
 bounded) and the V group goes through an ordinary, framed
-:class:`~lmserde.l2.serde_wrapper.SerdeL2AdapterWrapper` to the inner adapter under the V child
+:class:`~lmserde.l2.serde.wrapper.SerdeL2AdapterWrapper` to the inner adapter under the V child
 key, so V objects are integrity-checked like any stored object. A
-:class:`~lmserde.l2.split_manifest.SplitTierManifest` tracks each logical key:
+:class:`~lmserde.l2.split.manifest.SplitTierManifest` tracks each logical key:
 a lookup or load reports a key only when its entry is ``COMPLETE``, its K half is in L1 and its
 V child is in L2; a load fills the caller's two-group object, K from L1 and V decoded from L2.
 Losing either half (K evicted from L1 by anyone, V deleted or evicted from L2) invalidates the
 key and removes the other half, so it is a miss, never a hit with stale or missing K.
 
-Startup rules (violations raise :class:`~lmserde.l2.split_placement.SplitTierConfigError`): a
+Startup rules (violations raise :class:`~lmserde.l2.split.placement.SplitTierConfigError`): a
 single split-tier serde (no chain) with a two-slot mapping that leaves the K group out; an inner
 adapter that reports stored sizes (the serde is upper-bound); one split-tier adapter per
 ``L1Manager`` (the only L2 adapter of that cache). At run time, keys must have
 ``object_group_id == 0`` and objects exactly two groups (K, V); others fail the store and are
 load misses. The manifest is process-local: after a restart every V child is a miss.
+
+This module is over 400 lines because ``SplitTierL2Adapter`` is one adapter whose store, lookup,
+load, delete and eviction paths share the manifest, the K pool and one lock; the manifest, the
+pool, the placement rules and the accounting live in their own modules.
 """
 
 from __future__ import annotations
@@ -34,24 +38,24 @@ import torch
 from lmserde.base import SerdeProcessor
 from lmserde.keys import ObjectKey
 from lmserde.l1.manager import L1Manager
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.poll_loop import PollLoop
-from lmserde.l2.serde_wrapper import SerdeL2AdapterWrapper
-from lmserde.l2.split_accounting import SplitTierAccounting
-from lmserde.l2.split_k_pool import DEFAULT_K_CHILD_MAX_SLOTS, KChildPool
-from lmserde.l2.split_manifest import SplitTierManifest, SplitTierState
-from lmserde.l2.split_placement import (
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.usage import AdapterUsage
+from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
+from lmserde.l2.split.accounting import SplitTierAccounting
+from lmserde.l2.split.k_pool import DEFAULT_K_CHILD_MAX_SLOTS, KChildPool
+from lmserde.l2.split.manifest import SplitTierManifest, SplitTierState
+from lmserde.l2.split.placement import (
     SplitSlots,
     SplitTierConfigError,
     derive_component_key,
     parse_component_key,
     split_slots,
 )
-from lmserde.l2.store_result import L2StoreResult
-from lmserde.l2.task_queues import AdapterTaskQueues
-from lmserde.l2.usage import AdapterUsage
-from lmserde.l2.v_slot_processor import VHalfProcessor
+from lmserde.l2.split.v_slot import VHalfProcessor
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
 from lmserde.spec import SerdeSizeContract
@@ -149,7 +153,7 @@ class SplitTierL2Adapter(L2AdapterInterface):
     (K could not be kept, or the V store failed); a failed store leaves neither half behind.
     Lookup-and-lock hits hold a read lock on the K half (it cannot be evicted) and the inner
     adapter's lock on the V child until :meth:`submit_unlock`. :meth:`accounting` reports the
-    bytes kept in L1 and stored in L2 (see :class:`~lmserde.l2.split_accounting.SplitTierAccounting`).
+    bytes kept in L1 and stored in L2 (see :class:`~lmserde.l2.split.accounting.SplitTierAccounting`).
     """
 
     def __init__(
@@ -235,7 +239,7 @@ class SplitTierL2Adapter(L2AdapterInterface):
         return self._closed
 
     def k_child_key(self, key: ObjectKey) -> ObjectKey:
-        """The L1 key of ``key``'s K half (tag :data:`~lmserde.l2.split_k_pool.SPLIT_TIER_K_TAG`)."""
+        """The L1 key of ``key``'s K half (tag :data:`~lmserde.l2.split.k_pool.SPLIT_TIER_K_TAG`)."""
         return derive_component_key(key, "k")
 
     def v_child_key(self, key: ObjectKey) -> ObjectKey:
@@ -736,9 +740,9 @@ def create_split_tier_adapter(
     """A :class:`SplitTierL2Adapter` storing V through ``processor`` into ``inner``.
 
     Checks the startup rules first (:class:`SplitTierConfigError`, nothing taken over then): the
-    serde's slots (:func:`~lmserde.l2.split_placement.split_slots`), one split-tier adapter per
+    serde's slots (:func:`~lmserde.l2.split.placement.split_slots`), one split-tier adapter per
     ``l1_manager``, and ``k_child_max_slots``. The V side is a :class:`SerdeL2AdapterWrapper`
-    (framed unless ``frame`` is false) over a :class:`~lmserde.l2.v_slot_processor.VHalfProcessor`;
+    (framed unless ``frame`` is false) over a :class:`~lmserde.l2.split.v_slot.VHalfProcessor`;
     an upper-bound serde on an adapter that cannot report stored sizes is refused there.
     """
     slots = split_slots(processor, serde_type)

@@ -25,7 +25,7 @@ import torch
 from lmserde.keys import ObjectKey
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
-from lmserde.l2.split_placement import derive_component_key
+from lmserde.l2.split.placement import derive_component_key
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
-from lmserde.l2.bitmap import Bitmap
-from lmserde.l2.store_result import L2StoreResult
+from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.store_result import L2StoreResult
 
 __all__ = ["AdapterTaskQueues"]
 

@@ -1,0 +1,1 @@
+"""The built-in L2 adapters: memory, fs (with its file names and temp-file sweep), fault."""

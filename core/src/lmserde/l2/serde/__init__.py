@@ -1,0 +1,2 @@
+"""The serde wrapper: stored-object frames, verification and self-repair, metrics, scrubbing and
+the Prometheus exporter."""
