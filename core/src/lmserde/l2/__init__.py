@@ -28,7 +28,7 @@ from lmserde.l2.contract.sync_driver import (
     wait_for_lookup,
     wait_for_store,
 )
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.l2.discovery.registry import (
     L2_ADAPTER_GROUP,
@@ -82,6 +82,7 @@ __all__ = [
     "LatencySummary",
     "MemoryL2Adapter",
     "ObjectFramer",
+    "QueuedResults",
     "REJECT_REASONS",
     "ScrubReport",
     "SerdeChainProcessor",

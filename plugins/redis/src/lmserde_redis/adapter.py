@@ -9,7 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
-from lmserde.l2 import AdapterTaskQueues, Bitmap, L2AdapterInterface, L2StoreResult, L2TaskId
+from lmserde.l2 import (
+    AdapterTaskQueues,
+    Bitmap,
+    L2AdapterInterface,
+    L2StoreResult,
+    L2TaskId,
+    QueuedResults,
+)
 
 from lmserde_redis.connection import RedisClientHolder, RedisConnectionSettings
 from lmserde_redis.health import HealthTracker
@@ -31,7 +38,7 @@ def _byte_view(obj: MemoryObj) -> memoryview:
     return memoryview(obj.byte_array).cast("B")
 
 
-class RedisL2Adapter(L2AdapterInterface):
+class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     """Stores each object's ``get_size()`` bytes as one Redis string under a namespaced key.
 
     * **Store**: pipelined ``SET`` (with ``PX`` when ``ttl_seconds`` > 0), in batches of at most
@@ -103,15 +110,6 @@ class RedisL2Adapter(L2AdapterInterface):
     def redis_key(self, key: ObjectKey) -> bytes:
         """The Redis key name ``key`` is stored under."""
         return self._names.name_of(key)
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._queues.lookup.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -204,9 +202,6 @@ class RedisL2Adapter(L2AdapterInterface):
             self._notify_keys_stored([keys[i] for i in stored], [sizes[i] for i in stored])
         return L2StoreResult(True, sum(sizes)) if ok else L2StoreResult(False, 0)
 
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
-
     # -- lookup / lock --------------------------------------------------------------------------
 
     def submit_lookup_and_lock_task(
@@ -256,9 +251,6 @@ class RedisL2Adapter(L2AdapterInterface):
             for key in hits:
                 self._pins[key] = self._pins.get(key, 0) + 1
         return bitmap
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.lookup.pop(task_id)
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         release: list[ObjectKey] = []
@@ -333,9 +325,6 @@ class RedisL2Adapter(L2AdapterInterface):
         if accessed:
             self._notify_keys_accessed(accessed)
         return bitmap
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- sizes, delete, listing -----------------------------------------------------------------
 

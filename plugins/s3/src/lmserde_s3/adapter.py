@@ -10,7 +10,14 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
-from lmserde.l2 import AdapterTaskQueues, Bitmap, L2AdapterInterface, L2StoreResult, L2TaskId
+from lmserde.l2 import (
+    AdapterTaskQueues,
+    Bitmap,
+    L2AdapterInterface,
+    L2StoreResult,
+    L2TaskId,
+    QueuedResults,
+)
 
 from lmserde_s3.client import build_client, is_not_found, is_precondition_failed
 from lmserde_s3.health import HealthTracker
@@ -54,7 +61,7 @@ class _Countdown:
             self._finish()
 
 
-class S3L2Adapter(L2AdapterInterface):
+class S3L2Adapter(QueuedResults, L2AdapterInterface):
     """Stores each object's ``get_size()`` bytes as one object (see :mod:`lmserde_s3.object_names`
     for names and docs/plugins/s3.md for the full contract).
 
@@ -120,15 +127,6 @@ class S3L2Adapter(L2AdapterInterface):
         return location, name
 
     # -- fds ------------------------------------------------------------------------------------
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._queues.lookup.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -216,9 +214,6 @@ class S3L2Adapter(L2AdapterInterface):
         self._count(objects_stored=1)
         return size
 
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
-
     # -- lookup / lock --------------------------------------------------------------------------
 
     def _head(self, location: S3Location, name: str) -> dict[str, Any] | None:
@@ -267,9 +262,6 @@ class S3L2Adapter(L2AdapterInterface):
 
         self._fan_out(len(keys), job, finish)
         return task_id
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.lookup.pop(task_id)
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         release: list[ObjectKey] = []
@@ -350,9 +342,6 @@ class S3L2Adapter(L2AdapterInterface):
             body.close()
         self._health.success()
         return True
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- sizes, delete, listing -----------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.store_result import L2StoreResult
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption
@@ -119,7 +119,7 @@ class FaultPlan:
         return self.delay_seconds * self.draw(kind + "/delay-length", keys)
 
 
-class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
+class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterInterface):
     """An adapter in front of ``inner`` that injects the faults of a :class:`FaultPlan`.
 
     Lookups, unlocks, sizes, deletes and usage pass straight through. Store and load results
@@ -173,14 +173,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
         else:
             complete(task_id, result)
 
-    # -- fds ------------------------------------------------------------------------------------
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
-
     # -- store ----------------------------------------------------------------------------------
 
     def submit_store_task(
@@ -211,9 +203,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
                 _log.error("fault adapter: store task %d could not be relayed (%s); failed",
                            task_id, describe_exception(exc))
                 self._queues.store.complete(task_id, L2StoreResult(False, 0))
-
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -264,9 +253,6 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, L2AdapterInterface):
                     data[pos] ^= 0xFF
                     self._count("corruptions")
         return bitmap
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- pass-through extras --------------------------------------------------------------------
 

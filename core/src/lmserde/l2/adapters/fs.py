@@ -36,7 +36,7 @@ from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
@@ -107,7 +107,7 @@ def _read_exact(fd: int, view: memoryview) -> int:
     return offset
 
 
-class FSL2Adapter(L2AdapterInterface):
+class FSL2Adapter(QueuedResults, L2AdapterInterface):
     """Stores each key as one file under ``base_path``.
 
     * Store writes the object's ``get_size()`` bytes to a temporary file in ``relative_tmp_dir``,
@@ -215,16 +215,7 @@ class FSL2Adapter(L2AdapterInterface):
             path = self._paths[key] = self._base + os.sep + self._file_name(key)
         return path
 
-    # -- fds ------------------------------------------------------------------------------------
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._queues.lookup.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
+    # -- task plumbing ----------------------------------------------------------------------------
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> None:
         with self._state_lock:
@@ -329,9 +320,6 @@ class FSL2Adapter(L2AdapterInterface):
         if not os.path.exists(side):
             self._publish(memoryview(readable_name(key).encode("ascii")), side)
 
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
-
     # -- lookup / unlock ------------------------------------------------------------------------
 
     def submit_lookup_and_lock_task(
@@ -345,9 +333,6 @@ class FSL2Adapter(L2AdapterInterface):
         bitmap = Bitmap.from_bools(os.path.exists(self.path_of(k)) for k in keys)
         self._queues.lookup.complete(task_id, bitmap)
         return task_id
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.lookup.pop(task_id)
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         """No-op: files are never evicted, so lookups take no locks."""
@@ -397,9 +382,6 @@ class FSL2Adapter(L2AdapterInterface):
             return _read_exact(fd, memoryview(dst.byte_array).cast("B")) == want
         finally:
             os.close(fd)
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- extras ---------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
@@ -29,7 +29,7 @@ def _check_aligned(keys: Sequence[Any], objects: Sequence[Any], what: str) -> No
         raise ValueError(f"{what} got {len(keys)} keys but {len(objects)} objects")
 
 
-class MemoryL2Adapter(L2AdapterInterface):
+class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     """Keeps a copy of each object's logical bytes in process memory.
 
     With ``max_capacity_bytes > 0`` the least recently used unlocked objects are evicted to make
@@ -55,15 +55,6 @@ class MemoryL2Adapter(L2AdapterInterface):
         self._closed = False
 
     # -- fds ------------------------------------------------------------------------------------
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._queues.lookup.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -116,9 +107,6 @@ class MemoryL2Adapter(L2AdapterInterface):
         self._stored_bytes += data.numel()
         return True
 
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
-
     # -- lookup / unlock ------------------------------------------------------------------------
 
     def submit_lookup_and_lock_task(
@@ -136,9 +124,6 @@ class MemoryL2Adapter(L2AdapterInterface):
                     self._locks[key] = self._locks.get(key, 0) + 1
         self._queues.lookup.complete(task_id, bitmap)
         return task_id
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.lookup.pop(task_id)
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         freed: list[ObjectKey] = []
@@ -186,9 +171,6 @@ class MemoryL2Adapter(L2AdapterInterface):
             self._notify_keys_accessed(accessed)
         self._queues.load.complete(task_id, bitmap)
         return task_id
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- extras ---------------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.interface import L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
 
-__all__ = ["AdapterTaskQueues"]
+__all__ = ["AdapterTaskQueues", "QueuedResults"]
 
 
 class AdapterTaskQueues:
@@ -30,3 +31,34 @@ class AdapterTaskQueues:
         self.store.close()
         self.lookup.close()
         self.load.close()
+
+
+class QueuedResults:
+    """Mixin: the fd and result methods of an adapter that completes its tasks on ``_queues``.
+
+    Gives ``get_store_event_fd``, ``get_lookup_and_lock_event_fd``, ``get_load_event_fd``,
+    ``pop_completed_store_tasks``, ``query_lookup_and_lock_result`` and ``query_load_result`` of
+    :class:`~lmserde.l2.L2AdapterInterface`, each reading the :class:`AdapterTaskQueues` in
+    ``self._queues``. Put it before ``L2AdapterInterface`` in the bases (after a pass-through mixin
+    whose lookups go to an inner adapter).
+    """
+
+    _queues: AdapterTaskQueues
+
+    def get_store_event_fd(self) -> int:
+        return self._queues.store.fileno()
+
+    def get_lookup_and_lock_event_fd(self) -> int:
+        return self._queues.lookup.fileno()
+
+    def get_load_event_fd(self) -> int:
+        return self._queues.load.fileno()
+
+    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
+        return self._queues.store.pop_all()
+
+    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._queues.lookup.pop(task_id)
+
+    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
+        return self._queues.load.pop(task_id)

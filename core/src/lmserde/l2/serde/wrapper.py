@@ -36,7 +36,7 @@ from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.store_result import L2StoreResult
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer
 from lmserde.layout import MemoryLayoutDesc
@@ -118,7 +118,7 @@ def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeC
         return SerdeSizeContract.UPPER_BOUND
 
 
-class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
+class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInterface):
     """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
 
     ``serde`` is owned by the wrapper (closed with it); ``l1_manager`` provides the temporary
@@ -261,12 +261,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
     def metrics(self) -> dict[str, Any]:
         """The wrapper's own metrics (see :class:`~lmserde.l2.serde.metrics.WrapperMetrics`)."""
         return self._metrics.snapshot()
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
 
     # -- sizing and items -----------------------------------------------------------------------
 
@@ -502,9 +496,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             stage_seconds=dict(task.stage_seconds),
         ))
         self._queues.store.complete(task.task_id, result)
-
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -766,9 +757,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, L2AdapterInterface):
             stage_seconds=dict(task.stage_seconds), rejected=dict(task.rejected),
         ))
         self._queues.load.complete(task.task_id, bitmap)
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- pass-through ---------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.store_result import L2StoreResult
-from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.l2.split.accounting import SplitTierAccounting
@@ -140,7 +140,7 @@ class _InnerEvents:
             adapter._on_v_removed(keys)
 
 
-class SplitTierL2Adapter(L2AdapterInterface):
+class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
     """K of each logical key in L1, V in L2 through ``v_adapter`` (see the module docstring).
 
     ``v_adapter`` is the serde wrapper storing V halves (one-group objects) in the inner
@@ -260,15 +260,6 @@ class SplitTierL2Adapter(L2AdapterInterface):
     def metrics(self) -> dict[str, Any]:
         """The V side's serde-wrapper metrics (stage latencies, rejections, ...)."""
         return self._v.metrics()
-
-    def get_store_event_fd(self) -> int:
-        return self._queues.store.fileno()
-
-    def get_lookup_and_lock_event_fd(self) -> int:
-        return self._queues.lookup.fileno()
-
-    def get_load_event_fd(self) -> int:
-        return self._queues.load.fileno()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -414,9 +405,6 @@ class SplitTierL2Adapter(L2AdapterInterface):
                        l2_v_bytes_stored=stored, stores_superseded=superseded)
         self._queues.store.complete(task.task_id, L2StoreResult(True, stored))
 
-    def pop_completed_store_tasks(self) -> dict[L2TaskId, L2StoreResult]:
-        return self._queues.store.pop_all()
-
     # -- lookup ---------------------------------------------------------------------------------
 
     def _lock_complete(self, keys: list[ObjectKey], wanted: list[int]) -> dict[ObjectKey, MemoryObj]:
@@ -480,9 +468,6 @@ class SplitTierL2Adapter(L2AdapterInterface):
                 self._v.submit_unlock(release_v)
             self._acct.add(lookup_hits=final.count())
             self._queues.lookup.complete(task.task_id, final)
-
-    def query_lookup_and_lock_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.lookup.pop(task_id)
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         """Release the locks a lookup took on hit ``keys`` (both halves)."""
@@ -575,9 +560,6 @@ class SplitTierL2Adapter(L2AdapterInterface):
             self._acct.add(load_hits=final.count(),
                            load_misses_v=len(task.positions) - final.count())
             self._queues.load.complete(task.task_id, final)
-
-    def query_load_result(self, task_id: L2TaskId) -> Bitmap | None:
-        return self._queues.load.pop(task_id)
 
     # -- deletion and loss of a half ------------------------------------------------------------
 
