@@ -17,7 +17,12 @@ import torch
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.sync_driver import load_sync
-from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, parse_header
+from lmserde.l2.serde.stored_frame import (
+    FRAME_HEADER_BYTES,
+    FrameRejected,
+    parse_header,
+    tensor_bytes,
+)
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, TensorMemoryObj
@@ -83,7 +88,7 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     if not load_sync(wrapper.inner_adapter, [key], [buf]).test(0):
         return "missing", None
     try:
-        header = parse_header(memoryview(buf.raw_data[:min(size, FRAME_HEADER_BYTES)].numpy()))
+        header = parse_header(tensor_bytes(buf.raw_data[:min(size, FRAME_HEADER_BYTES)]))
         layout = header.layout()
         bound = wrapper.payload_bound(layout) if layout is not None else size
         framer.open(buf, key, layout, bound)

@@ -32,6 +32,7 @@ one codec (``ObjectFramer``, the parallel checksum) must change together.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import struct
@@ -60,6 +61,7 @@ __all__ = [
     "encode_layout",
     "decode_layout",
     "payload_checksum",
+    "tensor_bytes",
     "start_payload_checksum",
     "layout_field",
     "build_header",
@@ -229,11 +231,24 @@ def layout_field(layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
     return struct.pack("<Q", _xxh64(encoded)).ljust(_LAYOUT_FIELD, b"\0"), False
 
 
+def tensor_bytes(data: torch.Tensor) -> memoryview:
+    """A read-only view of a contiguous 1-D uint8 CPU tensor's bytes, without a copy and without
+    NumPy (which torch does not require). The view keeps the tensor alive."""
+    if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
+        raise ValueError("tensor_bytes needs a contiguous 1-D uint8 tensor")
+    n = data.numel()
+    if n == 0:
+        return memoryview(b"")
+    array = (ctypes.c_uint8 * n).from_address(data.data_ptr())
+    array._owner = data  # type: ignore[attr-defined]  # keeps the storage alive with the view
+    return memoryview(array).toreadonly()
+
+
 def _xxh3_of(data: torch.Tensor) -> int:
     """XXH3-64 of a 1-D uint8 tensor's bytes; the streaming hasher releases the GIL."""
     hasher = xxhash.xxh3_64()
     if data.numel():
-        hasher.update(memoryview(data.numpy()))
+        hasher.update(tensor_bytes(data))
     return hasher.intdigest()
 
 
@@ -436,7 +451,7 @@ class ObjectFramer:
         raw = buffer.raw_data
         if size < FRAME_HEADER_BYTES:
             raise FrameRejected("format", f"object of {size} bytes is shorter than the header")
-        header = parse_header(memoryview(raw[:FRAME_HEADER_BYTES].numpy()))
+        header = parse_header(tensor_bytes(raw[:FRAME_HEADER_BYTES]))
         check_header(header, stored_payload_bytes=size - FRAME_HEADER_BYTES, payload_bound=bound,
                      config_id=self.config_id, key=key,
                      layout_bytes=None if layout is None else self._layout_field(layout))
