@@ -289,8 +289,30 @@ def test_rejections_are_per_key_in_a_batch(tmp_path: Path, l1: L1Manager, cache:
         for i in (0, 2, 3):
             assert torch.equal(loaded[i], layout_bytes(objs[i]))
         assert wrapper.metrics()["rejections"] == {"checksum": 1}
-        # identity decoded the damaged payload while its checksum ran; the copy is then zeroed
-        assert int(loaded[1].count_nonzero()) == 0
+        assert int((loaded[1] != 0xA5).sum()) == 0  # refused before decoding: never written
+    finally:
+        wrapper.close()
+
+
+def test_a_long_damaged_payload_decoded_while_hashing_is_zeroed(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    """Over one checksum segment (4 MiB) the serde decodes while the segments are hashed; what it
+    decoded from damaged bytes is zeroed before the miss is reported."""
+    big = MemoryLayoutDesc([[2, 4, 256, 1280]], [torch.bfloat16])  # 5 MiB: two segments
+    wrapper = _adapter(tmp_path, {"type": "identity"}, l1)
+    try:
+        keys = _keys(2)
+        objs = objects_for(big, 2)
+        assert cache.store(wrapper, keys, objs).is_successful()
+        path = tmp_path / key_file_name(keys[0])
+        data = bytearray(path.read_bytes())
+        data[-7] ^= 0x40  # in the second segment
+        path.write_bytes(bytes(data))
+        bitmap, loaded = cache.load(wrapper, keys, big)
+        assert bitmap.to_list() == [False, True]
+        assert torch.equal(loaded[1], layout_bytes(objs[1]))
+        assert wrapper.metrics()["rejections"] == {"checksum": 1}
+        assert int(loaded[0].count_nonzero()) == 0  # decoded meanwhile, then zeroed
     finally:
         wrapper.close()
 

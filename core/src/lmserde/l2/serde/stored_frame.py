@@ -442,10 +442,12 @@ class ObjectFramer:
                       bound: int) -> tuple[TensorMemoryObj, Callable[[], None]]:
         """Like :meth:`open`, but the payload checksum runs in the background.
 
-        Every header check is done before this returns. The returned ``confirm()`` waits for the
-        checksum and raises :class:`FrameRejected` (``checksum``) on a mismatch: the caller may
-        decode the payload meanwhile, but must not use what it decoded before ``confirm()``
-        returned. The buffer must stay unchanged until then.
+        Every header check is done before this returns (and, for a payload of one checksum
+        segment, the checksum too: it was just read and is still in the cache). Otherwise the
+        returned ``confirm()`` waits for the checksum and raises :class:`FrameRejected`
+        (``checksum``) on a mismatch: the caller may decode the payload meanwhile, but must not
+        use what it decoded before ``confirm()`` returned. The buffer must stay unchanged until
+        then.
         """
         size = buffer.get_size()
         raw = buffer.raw_data
@@ -459,6 +461,10 @@ class ObjectFramer:
         expected = header.payload_checksum
         if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
             return _payload_obj(payload), _confirmed  # the header checksum covers this flag
+        if payload.numel() <= CHECKSUM_SEGMENT_BYTES:  # one segment, just read into the cache:
+            if _xxh3_of(payload) != expected:  # hashing it here beats a hand-off to a thread
+                raise FrameRejected("checksum", "payload checksum mismatch")
+            return _payload_obj(payload), _confirmed
         pending = start_payload_checksum(payload)
 
         def confirm() -> None:
