@@ -22,29 +22,43 @@ __all__ = ["measure_frame_overhead", "describe_frame_overhead"]
 _BASELINE = {"type": "identity"}
 
 
+#: Passes per mode, alternating framed / unframed; each pass runs ``repeat + 1`` rounds.
+PASSES = 2
+
+
+def frame_overhead_steps(repeat: int, chunks: int) -> int:
+    """Progress steps :func:`measure_frame_overhead` reports (one per store and per load)."""
+    return 2 * PASSES * (repeat + 1) * chunks * 2
+
+
 def _store_load_ms(adapter_spec: Mapping[str, Any], chunks: Sequence[KVChunk], repeat: int,
                    timeout: float, on_step: Callable[[], None] | None) -> float:
-    path = run_data_path(adapter_spec, _BASELINE, chunks, ChunkForm.SINGLE, repeat,
+    """Median store + median load of one chunk over ``repeat`` warm rounds (the first of
+    ``repeat + 1`` rounds warms the adapter, the buffer pools and the page cache)."""
+    path = run_data_path(adapter_spec, _BASELINE, chunks, ChunkForm.SINGLE, repeat + 1,
                          on_step=on_step, timeout=timeout)
-    return (statistics.median(path.store_seconds) + statistics.median(path.load_seconds)) * 1e3
+    warm = len(chunks)
+    return (statistics.median(path.store_seconds[warm:])
+            + statistics.median(path.load_seconds[warm:])) * 1e3
 
 
 def measure_frame_overhead(
     adapter_spec: Mapping[str, Any], chunks: Sequence[KVChunk], repeat: int, *, timeout: float,
     on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Store + load of ``chunks`` through ``identity``, framed and unframed, ``repeat`` rounds each.
+    """Store + load of ``chunks`` through ``identity``, framed and unframed.
 
-    Returns ``bytes_per_object``, ``framed_ms`` and ``unframed_ms`` (per chunk, medians of the
-    alternating rounds) and ``overhead`` (``framed / unframed - 1``).
+    :data:`PASSES` alternating passes per mode, each of ``repeat`` warm rounds. Returns
+    ``bytes_per_object``, ``framed_ms`` and ``unframed_ms`` (per chunk: the median pass) and
+    ``overhead`` (``framed / unframed - 1``).
     """
     framed: list[float] = []
     unframed: list[float] = []
-    for _ in range(repeat):
-        framed.append(_store_load_ms({**adapter_spec, "serde_frame": True}, chunks, 1, timeout,
-                                     on_step))
-        unframed.append(_store_load_ms({**adapter_spec, "serde_frame": False}, chunks, 1, timeout,
-                                       on_step))
+    for _ in range(PASSES):
+        framed.append(_store_load_ms({**adapter_spec, "serde_frame": True}, chunks, repeat,
+                                     timeout, on_step))
+        unframed.append(_store_load_ms({**adapter_spec, "serde_frame": False}, chunks, repeat,
+                                       timeout, on_step))
     f, u = statistics.median(framed), statistics.median(unframed)
     return {"serde": "identity", "bytes_per_object": FRAME_HEADER_BYTES, "framed_ms": f,
             "unframed_ms": u, "overhead": f / u - 1.0 if u > 0 else 0.0}

@@ -25,7 +25,7 @@ from lmserde.bench.codec_timing import measure_codec
 from lmserde.bench.data_path import BENCH_MODEL_NAME, run_data_path
 from lmserde.bench.diagnostics import capture_diagnostics
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
-from lmserde.bench.frame_overhead import measure_frame_overhead
+from lmserde.bench.frame_overhead import frame_overhead_steps, measure_frame_overhead
 from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
 from lmserde.bench.progress import NullProgress, Progress
 from lmserde.bench.quality import ChunkReference, QualityAccumulator
@@ -252,7 +252,7 @@ def _frame_overhead(
     if adapter_spec.get("serde_frame") is False or not any(
             r.label == "identity" and r.ok for r in results):
         return None
-    progress.begin("stored-object frame", 2 * opts.repeat * len(chunks) * 2)
+    progress.begin("stored-object frame", frame_overhead_steps(opts.repeat, len(chunks)))
     try:
         return measure_frame_overhead(adapter_spec, chunks, opts.repeat, timeout=opts.timeout,
                                       on_step=progress.advance)
