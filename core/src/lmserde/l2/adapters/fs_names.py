@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 import string
+from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
 from lmserde.keys import ObjectKey
@@ -105,9 +106,11 @@ def sidecar_name(hashed: str) -> str:
     return hashed[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
 
 
-def parse_readable_name(name: str) -> ObjectKey | None:
-    """The key whose readable name is exactly ``name``, else ``None`` (never raises)."""
-    if not name.endswith(DATA_SUFFIX) or not name.isascii():
+def _parse_name(name: str, *, model: Callable[[str], str], salt: Callable[[str], str],
+                encode: Callable[[ObjectKey], str]) -> ObjectKey | None:
+    """The key that ``encode`` names exactly ``name``, its model and salt parts read back with
+    ``model`` and ``salt``; ``None`` for anything else (never raises)."""
+    if not name.endswith(DATA_SUFFIX):
         return None
     parts = name[: -len(DATA_SUFFIX)].split("@")
     if len(parts) not in (4, 5):
@@ -115,14 +118,21 @@ def parse_readable_name(name: str) -> ObjectKey | None:
     try:
         key = ObjectKey(
             chunk_hash=bytes.fromhex(parts[3]),
-            model_name=_unescape(parts[0]),
+            model_name=model(parts[0]),
             kv_rank=int(parts[1], 16),
             object_group_id=int(parts[2], 16),
-            cache_salt=_unescape(parts[4]) if len(parts) == 5 else "",
+            cache_salt=salt(parts[4]) if len(parts) == 5 else "",
         )
+        return key if encode(key) == name else None
     except (ValueError, TypeError, UnicodeDecodeError):
         return None
-    return key if readable_name(key) == name else None
+
+
+def parse_readable_name(name: str) -> ObjectKey | None:
+    """The key whose readable name is exactly ``name``, else ``None`` (never raises)."""
+    if not name.isascii():
+        return None
+    return _parse_name(name, model=_unescape, salt=_unescape, encode=readable_name)
 
 
 _LMCACHE_SLASH = "-SEP-"
@@ -145,19 +155,5 @@ def lmcache_file_name(key: ObjectKey) -> str:
 
 def parse_lmcache_name(name: str) -> ObjectKey | None:
     """The key whose LMCache file name is exactly ``name``, else ``None`` (never raises)."""
-    if not name.endswith(DATA_SUFFIX):
-        return None
-    parts = name[: -len(DATA_SUFFIX)].split("@")
-    if len(parts) not in (4, 5):
-        return None
-    try:
-        key = ObjectKey(
-            chunk_hash=bytes.fromhex(parts[3]),
-            model_name=parts[0].replace(_LMCACHE_SLASH, "/"),
-            kv_rank=int(parts[1], 16),
-            object_group_id=int(parts[2], 16),
-            cache_salt=parts[4] if len(parts) == 5 else "",
-        )
-        return key if lmcache_file_name(key) == name else None
-    except (ValueError, TypeError):
-        return None
+    return _parse_name(name, model=lambda part: part.replace(_LMCACHE_SLASH, "/"),
+                       salt=str, encode=lmcache_file_name)
