@@ -189,8 +189,10 @@ def test_delete_waits_for_the_last_unlock(adapter: Any) -> None:
     adapter.submit_unlock([locked])
     assert adapter.get_object_sizes([locked]) == {locked: NBYTES}
     adapter.submit_unlock([locked])  # last unlock: the deferred delete runs on the I/O threads
-    assert eventually(lambda: adapter.get_object_sizes([locked]) == {})
-    assert adapter.get_usage().total_bytes_used == 0
+    # The deferred delete is asynchronous: the object goes first, then listeners and usage
+    # hear of it, so wait for both rather than reading usage in between.
+    assert eventually(lambda: adapter.get_object_sizes([locked]) == {}
+                      and adapter.get_usage().total_bytes_used == 0)
     assert adapter.report_status()["locked_keys"] == 0
 
 
