@@ -28,14 +28,14 @@ import lmserde.l2.adapters.fs as fs_adapter
 from lmserde import ObjectKey, TensorMemoryObj
 
 base, ready = sys.argv[1], int(sys.argv[2])
-write_all = fs_adapter._write_all
+write_all = fs_adapter.write_all
 
 def stalled(fd, view):
     write_all(fd, view[: len(view) // 2])
     os.write(ready, b"1")
     time.sleep(3600)
 
-fs_adapter._write_all = stalled
+fs_adapter.write_all = stalled  # the untapped store path (no tap: a plain adapter store)
 adapter = fs_adapter.FSL2Adapter(base)
 obj = TensorMemoryObj.from_tensor(torch.full((1 << 20,), 7, dtype=torch.uint8))
 adapter.submit_store_task([ObjectKey(b"stalled", "model/a", 0)], [obj])

@@ -216,3 +216,29 @@ def test_long_payloads_are_checksummed_by_segments_as_documented() -> None:
         flipped = data.clone()
         flipped[where] ^= 1
         assert payload_checksum(flipped) != payload_checksum(data)
+
+
+@settings(max_examples=25, deadline=None)
+@given(length=st.sampled_from([0, 1, 63, 4096, (4 << 20) - 1, 4 << 20, (4 << 20) + 1, 9 << 20]),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_deferred_seal_writes_the_header_a_plain_seal_writes(length: int, seed: int) -> None:
+    """``seal_deferred`` (the head-last store) hashes on the checksum threads and writes the
+    header only in ``finish_head()``: zero until then, identical to ``seal``'s afterwards."""
+    data = torch.randint(0, 256, (length,), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(seed))
+    framer = ObjectFramer(CONFIG, checksum=True)
+    plain, deferred = _buffer(b"", length), _buffer(b"", length)
+    for buf in (plain, deferred):
+        buf.raw_data[FRAME_HEADER_BYTES:].copy_(data)
+    framer.seal(plain, length, KEY, KV)
+    head = framer.seal_deferred(deferred, length, KEY, KV)
+    assert head.head_bytes == FRAME_HEADER_BYTES
+    assert deferred.get_size() == FRAME_HEADER_BYTES + length
+    assert int(deferred.raw_data[:FRAME_HEADER_BYTES].count_nonzero()) == 0
+    head.finish_head()
+    assert torch.equal(deferred.raw_data, plain.raw_data)
+
+
+def test_a_deferred_seal_needs_a_checksummed_frame() -> None:
+    with pytest.raises(ValueError, match="no payload checksum"):
+        ObjectFramer(CONFIG, checksum=False).seal_deferred(_buffer(b"x"), 1, KEY, KV)

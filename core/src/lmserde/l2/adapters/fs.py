@@ -20,6 +20,7 @@ from typing import Any
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
+from lmserde.l2.adapters.fs_io import read_exact, write_all, write_head_last
 from lmserde.l2.adapters.fs_names import (
     DATA_SUFFIX,
     MAX_READABLE_NAME,
@@ -34,6 +35,7 @@ from lmserde.l2.adapters.fs_names import (
 )
 from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.head_last import DeferredHead
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
@@ -88,23 +90,6 @@ class FSObjectScan:
         return {"objects": len(self.keys), "bytes": self.total_bytes,
                 "skipped_names": self.skipped_names,
                 "hashed_without_sidecar": self.hashed_without_sidecar}
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    offset, total = 0, len(view)
-    while offset < total:
-        offset += os.write(fd, view[offset:])
-
-
-def _read_exact(fd: int, view: memoryview) -> int:
-    """Read up to ``len(view)`` bytes; returns how many were read (short at end of file)."""
-    offset, total = 0, len(view)
-    while offset < total:
-        n = os.readv(fd, [view[offset:]])
-        if n == 0:
-            break
-        offset += n
-    return offset
 
 
 class FSL2Adapter(QueuedResults, L2AdapterInterface):
@@ -235,16 +220,33 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         if len(keys) != len(objects):
             raise ValueError(f"submit_store_task got {len(keys)} keys but {len(objects)} objects")
         task_id = self._queues.new_task_id()
-        self._submit(self._run_store, task_id, list(keys), list(objects))
+        self._submit(self._run_store, task_id, list(keys), list(objects), None)
         return task_id
 
-    def _run_store(self, task_id: int, keys: list[ObjectKey], objects: list[MemoryObj]) -> None:
+    def writes_head_last(self) -> bool:
+        """Yes: a file's head can be written after its body (``head_last``)."""
+        return True
+
+    def submit_store_task_head_last(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj],
+                                    heads: Sequence[DeferredHead]) -> L2TaskId:
+        """:meth:`submit_store_task`, each temporary file written body first, then its head
+        (after ``finish_head()``), then linked to its name (see
+        :mod:`lmserde.l2.contract.head_last`)."""
+        if not len(keys) == len(objects) == len(heads):
+            raise ValueError(f"submit_store_task_head_last got {len(keys)} keys, "
+                             f"{len(objects)} objects and {len(heads)} heads")
+        task_id = self._queues.new_task_id()
+        self._submit(self._run_store, task_id, list(keys), list(objects), list(heads))
+        return task_id
+
+    def _run_store(self, task_id: int, keys: list[ObjectKey], objects: list[MemoryObj],
+                   heads: list[DeferredHead] | None) -> None:
         ok, written = True, 0
         stored_keys: list[ObjectKey] = []
         stored_sizes: list[int] = []
-        for key, obj in zip(keys, objects):
+        for i, (key, obj) in enumerate(zip(keys, objects)):
             try:
-                size = self._store_one(key, obj)
+                size = self._store_one(key, obj, None if heads is None else heads[i])
             except Exception as exc:  # one failed file fails the task
                 _log.warning("fs adapter: storing %s failed: %s: %s", key_file_name(key),
                              type(exc).__name__, exc)
@@ -259,7 +261,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._notify_keys_stored(stored_keys, stored_sizes)
         self._queues.store.complete(task_id, L2StoreResult(ok, written if ok else 0))
 
-    def _store_one(self, key: ObjectKey, obj: MemoryObj) -> int | None:
+    def _store_one(self, key: ObjectKey, obj: MemoryObj, head: DeferredHead | None) -> int | None:
         """Write one file; returns its size, or ``None`` when the key was already stored."""
         path = self.path_of(key)
         hashed = is_hashed_name(os.path.basename(path))
@@ -271,7 +273,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         if hashed:
             self._ensure_sidecar(key, path)
         view = memoryview(obj.byte_array).cast("B")
-        if not self._publish(view, path):
+        if not self._publish(view, path, head):
             self._count("stores_skipped")
             return None
         if hashed:  # a concurrent delete may have removed the sidecar meanwhile
@@ -286,13 +288,17 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         return f"{self._tmp_prefix}{next(self._tmp_counter)}.tmp"
 
-    def _publish(self, view: memoryview, path: str) -> bool:
-        """Write ``view`` to a temporary and link it to ``path``; ``False`` when ``path`` exists."""
+    def _publish(self, view: memoryview, path: str, head: DeferredHead | None = None) -> bool:
+        """Write ``view`` to a temporary (head last when ``head`` is given) and link it to
+        ``path``; ``False`` when ``path`` exists."""
         tmp = self._new_tmp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             try:
-                _write_all(fd, view)
+                if head is None:
+                    write_all(fd, view)
+                else:
+                    write_head_last(fd, view, head)
                 if self._fsync:
                     os.fsync(fd)
             finally:
@@ -379,7 +385,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
                 return False
             if want == 0:
                 return True
-            return _read_exact(fd, memoryview(dst.byte_array).cast("B")) == want
+            return read_exact(fd, memoryview(dst.byte_array).cast("B")) == want
         finally:
             os.close(fd)
 

@@ -27,25 +27,29 @@ XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was
 measurement over CRC32C: see ``docs/formats/stored-object.md``.
 
 This module is over 400 lines because the byte format (header, layout encoding, checks) and its
-one codec (``ObjectFramer``, the parallel checksum) must change together.
+one codec (``ObjectFramer``) must change together; the payload checksum lives in
+:mod:`lmserde.l2.serde.payload_checksum`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import struct
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import xxhash
 
 from lmserde.keys import ObjectKey
+from lmserde.l2.serde.payload_checksum import (
+    CHECKSUM_SEGMENT_BYTES,
+    payload_checksum,
+    start_payload_checksum,
+    tensor_bytes,
+    xxh3_64,
+    xxh3_of_tensor,
+)
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
 
@@ -53,6 +57,7 @@ __all__ = [
     "FRAME_MAGIC",
     "FRAME_VERSION",
     "FRAME_HEADER_BYTES",
+    "CHECKSUM_SEGMENT_BYTES",
     "REJECT_REASONS",
     "FrameRejected",
     "FrameHeader",
@@ -68,14 +73,12 @@ __all__ = [
     "parse_header",
     "check_header",
     "ObjectFramer",
+    "PendingHeader",
 ]
 
 FRAME_MAGIC = b"LMSF"
 FRAME_VERSION = 1
 FRAME_HEADER_BYTES = 64
-
-#: Payloads longer than this are checksummed as segments of this size, in parallel.
-CHECKSUM_SEGMENT_BYTES = 4 << 20
 
 #: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode).
 REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode")
@@ -125,10 +128,6 @@ class FrameHeader:
         return decode_layout(self.layout_field) if self.layout_inline else None
 
 
-def _xxh64(data: Any) -> int:
-    return xxhash.xxh3_64_intdigest(data)
-
-
 def _canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       default=str).encode("ascii")
@@ -136,7 +135,7 @@ def _canonical_json(value: Any) -> bytes:
 
 def config_fingerprint(config: Mapping[str, Any]) -> int:
     """Fingerprint of a canonical serde config (the dict ``SerdeProcessor.get_config()`` returns)."""
-    return _xxh64(_canonical_json(config))
+    return xxh3_64(_canonical_json(config))
 
 
 def key_fingerprint(key: ObjectKey) -> int:
@@ -149,7 +148,7 @@ def key_fingerprint(key: ObjectKey) -> int:
         struct.pack("<qQ", key.kv_rank, key.object_group_id),
         struct.pack("<I", len(salt)), salt,
     ))
-    return _xxh64(packed)
+    return xxh3_64(packed)
 
 
 def _varint(n: int) -> bytes:
@@ -228,76 +227,7 @@ def layout_field(layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
     encoded = encode_layout(layout)
     if len(encoded) <= _LAYOUT_FIELD:
         return encoded.ljust(_LAYOUT_FIELD, b"\0"), True
-    return struct.pack("<Q", _xxh64(encoded)).ljust(_LAYOUT_FIELD, b"\0"), False
-
-
-def tensor_bytes(data: torch.Tensor) -> memoryview:
-    """A read-only view of a contiguous 1-D uint8 CPU tensor's bytes, without a copy and without
-    NumPy (which torch does not require). The view keeps the tensor alive."""
-    if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
-        raise ValueError("tensor_bytes needs a contiguous 1-D uint8 tensor")
-    n = data.numel()
-    if n == 0:
-        return memoryview(b"")
-    array = (ctypes.c_uint8 * n).from_address(data.data_ptr())
-    array._owner = data  # type: ignore[attr-defined]  # keeps the storage alive with the view
-    return memoryview(array).toreadonly()
-
-
-def _xxh3_of(data: torch.Tensor) -> int:
-    """XXH3-64 of a 1-D uint8 tensor's bytes; the streaming hasher releases the GIL."""
-    hasher = xxhash.xxh3_64()
-    if data.numel():
-        hasher.update(tensor_bytes(data))
-    return hasher.intdigest()
-
-
-_hash_pool: ThreadPoolExecutor | None = None
-_hash_pool_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _hash_pool
-    with _hash_pool_lock:
-        if _hash_pool is None:
-            _hash_pool = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 8)),
-                                            thread_name_prefix="lmserde-checksum")
-        return _hash_pool
-
-
-def payload_checksum(payload: torch.Tensor) -> int:
-    """The frame's checksum of a contiguous 1-D uint8 CPU tensor's bytes (no copy).
-
-    Up to :data:`CHECKSUM_SEGMENT_BYTES` it is the XXH3-64 of the payload. A longer payload is
-    cut into segments of that size (the last one shorter) whose XXH3-64 digests are computed in
-    parallel on a small process-wide thread pool; the checksum is the XXH3-64 of those digests as
-    little-endian u64s, in order. Any change to any byte changes its segment's digest, and so the
-    checksum, as surely as one XXH3-64 over the whole payload would (same 64-bit collision odds).
-    """
-    n = payload.numel()
-    if n <= CHECKSUM_SEGMENT_BYTES:
-        return _xxh3_of(payload)
-    return start_payload_checksum(payload)()
-
-
-def start_payload_checksum(payload: torch.Tensor) -> Callable[[], int]:
-    """Start :func:`payload_checksum` on the checksum threads; the returned call waits for it.
-
-    Lets a reader hash while other work (the serde's decode) runs. The payload must stay
-    unchanged until the call returns.
-    """
-    n = payload.numel()
-    if n <= CHECKSUM_SEGMENT_BYTES:
-        future = _pool().submit(_xxh3_of, payload)
-        return future.result
-    futures = [_pool().submit(_xxh3_of, payload[i:i + CHECKSUM_SEGMENT_BYTES])
-               for i in range(0, n, CHECKSUM_SEGMENT_BYTES)]
-
-    def combine() -> int:
-        digests = [f.result() for f in futures]
-        return _xxh64(struct.pack(f"<{len(digests)}Q", *digests))
-
-    return combine
+    return struct.pack("<Q", xxh3_64(encoded)).ljust(_LAYOUT_FIELD, b"\0"), False
 
 
 def build_header(
@@ -313,7 +243,7 @@ def build_header(
     flags = (FLAG_CHECKSUM if checksum is not None else 0) | (FLAG_LAYOUT_INLINE if inline else 0)
     head = _HEAD.pack(FRAME_MAGIC, FRAME_VERSION, flags, 0, payload_length, checksum or 0,
                       config_id, key_fingerprint(key), field)
-    return head + _HEADER_CHECKSUM.pack(_xxh64(head) & 0xFFFFFFFF)
+    return head + _HEADER_CHECKSUM.pack(xxh3_64(head) & 0xFFFFFFFF)
 
 
 def parse_header(header: bytes | memoryview) -> FrameHeader:
@@ -325,7 +255,7 @@ def parse_header(header: bytes | memoryview) -> FrameHeader:
     if magic != FRAME_MAGIC:
         raise FrameRejected("format", f"bad magic {magic!r} (not an lmserde stored object)")
     (stored_check,) = _HEADER_CHECKSUM.unpack_from(raw, _HEAD.size)
-    if stored_check != _xxh64(raw[: _HEAD.size]) & 0xFFFFFFFF:
+    if stored_check != xxh3_64(raw[: _HEAD.size]) & 0xFFFFFFFF:
         raise FrameRejected("format", "header checksum mismatch")
     if version != FRAME_VERSION:
         raise FrameRejected("format", f"frame version {version} is not supported (this is {FRAME_VERSION})")
@@ -381,6 +311,20 @@ def _payload_obj(raw: torch.Tensor) -> TensorMemoryObj:
                                 fmt=MemoryFormat.BINARY_BUFFER)
 
 
+class PendingHeader:
+    """A frame header that :meth:`finish_head` writes once its payload checksum is ready (a
+    :class:`~lmserde.l2.contract.head_last.DeferredHead`)."""
+
+    head_bytes = FRAME_HEADER_BYTES
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self._write = write
+
+    def finish_head(self) -> None:
+        """Wait for the payload checksum and write the header into the buffer."""
+        self._write()
+
+
 class ObjectFramer:
     """Frames the objects of one serde configuration: seals them on store, opens them on load.
 
@@ -420,9 +364,35 @@ class ObjectFramer:
         raw = buffer.raw_data
         payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
         checksum = payload_checksum(payload) if self.checksum else None
+        self._write_header(buffer, payload_length, checksum, key, layout)
+
+    def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
+                      layout: MemoryLayoutDesc) -> PendingHeader:
+        """Like :meth:`seal`, but the payload checksum runs on the checksum threads while the
+        caller goes on (an adapter writes the payload); the returned head's ``finish_head()``
+        waits for it and writes the header.
+
+        The buffer is narrowed to the frame now and its header zeroed (no load accepts that)
+        until ``finish_head()``. The payload must stay unchanged until then. Only for a framer
+        with ``checksum``.
+        """
+        if not self.checksum:
+            raise ValueError("this framer stores no payload checksum: use seal()")
+        layout_bytes = self._layout_field(layout)  # refuses an unframeable layout now
+        raw = buffer.raw_data
+        raw[:FRAME_HEADER_BYTES].zero_()
+        buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
+        pending = start_payload_checksum(
+            raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
+        return PendingHeader(lambda: self._write_header(buffer, payload_length, pending(), key,
+                                                        layout_bytes))
+
+    def _write_header(self, buffer: MemoryObj, payload_length: int, checksum: int | None,
+                      key: ObjectKey, layout: MemoryLayoutDesc | tuple[bytes, bool]) -> None:
+        layout_bytes = layout if isinstance(layout, tuple) else self._layout_field(layout)
         header = build_header(payload_length=payload_length, checksum=checksum,
-                              config_id=self.config_id, key=key,
-                              layout_bytes=self._layout_field(layout))
+                              config_id=self.config_id, key=key, layout_bytes=layout_bytes)
+        raw = buffer.raw_data
         raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
         buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
 
@@ -462,7 +432,7 @@ class ObjectFramer:
         if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
             return _payload_obj(payload), _confirmed  # the header checksum covers this flag
         if payload.numel() <= CHECKSUM_SEGMENT_BYTES:  # one segment, just read into the cache:
-            if _xxh3_of(payload) != expected:  # hashing it here beats a hand-off to a thread
+            if xxh3_of_tensor(payload) != expected:  # hashing it here beats a hand-off to a thread
                 raise FrameRejected("checksum", "payload checksum mismatch")
             return _payload_obj(payload), _confirmed
         pending = start_payload_checksum(payload)

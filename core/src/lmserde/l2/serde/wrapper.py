@@ -32,6 +32,7 @@ from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.head_last import adapter_writes_head_last
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
@@ -92,6 +93,7 @@ class _Task:
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
     confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
+    heads: list[Any] | None = None  # store: per temp, its header still to be written (head-last)
 
     def end_stage(self, name: str, now: float) -> float:
         seconds = now - self.stage_started
@@ -181,6 +183,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 "with an EXACT size contract."
             )
         self._framer = self._make_framer(serde) if frame else None
+        # A checksummed frame is hashed while the inner adapter writes it, when it can write
+        # the header last.
+        self._head_last = (self._framer is not None and self._framer.checksum
+                           and adapter_writes_head_last(inner_adapter))
         self._repair = bool(repair)
         self._in_map = serde.input_slot_mapping()
         self._out_map = serde.output_slot_mapping()
@@ -442,7 +448,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             return
         task.phase = _Phase.INNER_STORE
         try:
-            inner_id = self._inner.submit_store_task(task.keys, task.temps)
+            if task.heads is not None:
+                inner_id = self._inner.submit_store_task_head_last(  # type: ignore[attr-defined]
+                    task.keys, task.temps, task.heads)
+            else:
+                inner_id = self._inner.submit_store_task(task.keys, task.temps)
         except Exception as exc:
             _log.warning("serde wrapper: inner submit_store_task raised: %s", exc)
             self._release_read(task.temp_keys)
@@ -456,7 +466,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
 
         Raises ``ValueError`` when an object breaks the output contract; nothing is stored then.
         """
-        for i, (temp, payload, bound) in enumerate(zip(task.temps, task.payloads, task.bounds)):
+        for i, (payload, bound) in enumerate(zip(task.payloads, task.bounds)):
             written = payload.get_size()
             if not 0 <= written <= bound:
                 raise ValueError(f"object {i}: wrote {written} bytes, outside its estimate {bound}")
@@ -465,8 +475,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                     f"object {i}: wrote {written} bytes under an EXACT size contract "
                     f"(estimate {bound})"
                 )
-            if self._framer is not None:
-                self._framer.seal(temp, written, task.keys[i], task.layouts[i])
+        if self._framer is None:
+            return
+        if self._head_last:  # hashed while the inner adapter writes; it writes the header last
+            task.heads = [self._framer.seal_deferred(temp, payload.get_size(), key, layout)
+                          for temp, payload, key, layout
+                          in zip(task.temps, task.payloads, task.keys, task.layouts)]
+            return
+        for temp, payload, key, layout in zip(task.temps, task.payloads, task.keys, task.layouts):
+            self._framer.seal(temp, payload.get_size(), key, layout)
 
     def _drain_inner_store(self) -> None:
         done = self._inner.pop_completed_store_tasks()
