@@ -242,3 +242,14 @@ def test_a_deferred_seal_writes_the_header_a_plain_seal_writes(length: int, seed
 def test_a_deferred_seal_needs_a_checksummed_frame() -> None:
     with pytest.raises(ValueError, match="no payload checksum"):
         ObjectFramer(CONFIG, checksum=False).seal_deferred(_buffer(b"x"), 1, KEY, KV)
+
+
+@pytest.mark.parametrize("length", [0, 5, 4 << 20, (4 << 20) + 1, (12 << 20) - 3])
+def test_every_way_of_hashing_gives_the_documented_checksum(length: int) -> None:
+    """Inline or started in the background (segments in parallel): the same value."""
+    from lmserde.l2.serde.payload_checksum import payload_checksum, start_payload_checksum
+
+    data = torch.randint(0, 256, (length,), dtype=torch.uint8,
+                         generator=torch.Generator().manual_seed(length))
+    expected = payload_checksum(data)
+    assert start_payload_checksum(data)() == expected
