@@ -11,8 +11,13 @@ median load over all repeats (the range: the same ratio per repeat), in wall tim
 time of the whole process (every thread) per repeat; the checksum's own speed (XXH3-64 over the
 same chunks) is reported against ``memcpy`` measured in the same run.
 
+L1 objects are reused buffers (the L1 manager's pool) whose pages are resident, like LMCache's
+pinned L1 pool; ``--fresh-l1`` allocates each afresh, and the first write to a fresh 32 MiB
+object page-faults for about as long as the rest of a load: a slower base that makes the frame
+look cheaper than it is.
+
 Run: ``python benchmarks/bench_frame.py [--serde identity --serde fp8] [--chunks 8]
-[--repeats 7] [--dir DIR] [--json]``.
+[--repeats 7] [--dir DIR] [--fresh-l1] [--json]``.
 """
 
 from __future__ import annotations
@@ -52,9 +57,10 @@ def _keys(n: int) -> list[ObjectKey]:
     return [ObjectKey(nonce + i.to_bytes(4, "big"), "bench-frame", 0) for i in range(n)]
 
 
-def _store(adapter: object, l1: L1Manager, key: ObjectKey, chunk: torch.Tensor) -> float:
+def _store(adapter: object, l1: L1Manager, key: ObjectKey, chunk: torch.Tensor,
+           pooled: bool) -> float:
     """Wall seconds of one store task of ``chunk`` (an L1 object filled outside the timing)."""
-    (error, obj), = l1.reserve_write([key], False, LLAMA3_8B_CHUNK).values()
+    (error, obj), = l1.reserve_write([key], pooled, LLAMA3_8B_CHUNK).values()
     assert error is L1Error.SUCCESS
     obj.raw_data[: chunk.numel()].copy_(chunk)
     l1.finish_write_and_reserve_read([key])
@@ -68,9 +74,11 @@ def _store(adapter: object, l1: L1Manager, key: ObjectKey, chunk: torch.Tensor) 
     return seconds
 
 
-def _load(adapter: object, l1: L1Manager, key: ObjectKey) -> float:
-    """Wall seconds of one load task of ``key`` into a fresh L1 object."""
-    (error, dst), = l1.reserve_write([key], False, LLAMA3_8B_CHUNK).values()
+def _load(adapter: object, l1: L1Manager, key: ObjectKey, pooled: bool) -> float:
+    """Wall seconds of one load task of ``key`` into an L1 object (a reused buffer when
+    ``pooled``: its pages are resident, as in LMCache's pinned L1 pool; else a fresh allocation,
+    whose first write page-faults)."""
+    (error, dst), = l1.reserve_write([key], pooled, LLAMA3_8B_CHUNK).values()
     assert error is L1Error.SUCCESS
     start = time.perf_counter()
     hit = load_sync(adapter, [key], [dst]).test(0)  # type: ignore[arg-type]
@@ -82,7 +90,7 @@ def _load(adapter: object, l1: L1Manager, key: ObjectKey) -> float:
 
 
 def _round(adapters: dict[bool, object], l1: L1Manager, chunks: list[torch.Tensor],
-           framed_first: bool) -> dict[bool, dict[str, Any]]:
+           framed_first: bool, pooled: bool) -> dict[bool, dict[str, Any]]:
     """Store every chunk through both adapters, then load every chunk back from both; the two
     modes take turns chunk by chunk (``framed_first`` picks who starts), so a slow spell of the
     machine hits both. Per mode: the store and load seconds of each chunk and the process's CPU
@@ -93,12 +101,12 @@ def _round(adapters: dict[bool, object], l1: L1Manager, chunks: list[torch.Tenso
     for i, chunk in enumerate(chunks):
         for m in order:
             cpu = time.process_time()
-            out[m]["store"].append(_store(adapters[m], l1, keys[m][i], chunk))
+            out[m]["store"].append(_store(adapters[m], l1, keys[m][i], chunk, pooled))
             out[m]["cpu"] += time.process_time() - cpu
     for i in range(len(chunks)):
         for m in order:
             cpu = time.process_time()
-            out[m]["load"].append(_load(adapters[m], l1, keys[m][i]))
+            out[m]["load"].append(_load(adapters[m], l1, keys[m][i], pooled))
             out[m]["cpu"] += time.process_time() - cpu
     for m, adapter in adapters.items():
         adapter.delete(keys[m])  # type: ignore[attr-defined]
@@ -125,7 +133,8 @@ def _store_load_ms(stores: list[float], loads: list[float]) -> float:
     return (statistics.median(stores) + statistics.median(loads)) * 1e3
 
 
-def measure(serde: dict, chunks: list[torch.Tensor], repeats: int, workdir: str) -> dict:
+def measure(serde: dict, chunks: list[torch.Tensor], repeats: int, workdir: str,
+            pooled: bool = True) -> dict:
     l1 = L1Manager(4 * LLAMA3_8B_CHUNK.nbytes + (256 << 20))
     adapters = {
         framed: create_l2_adapter({"type": "fs", "base_path": os.path.join(workdir, str(framed)),
@@ -134,8 +143,8 @@ def measure(serde: dict, chunks: list[torch.Tensor], repeats: int, workdir: str)
     }
     rounds = []
     try:
-        _round(adapters, l1, chunks[:2], True)  # warm-up: page cache, pools, plans
-        rounds = [_round(adapters, l1, chunks, r % 2 == 0) for r in range(repeats)]
+        _round(adapters, l1, chunks[:2], True, pooled)  # warm-up: page cache, pools, plans
+        rounds = [_round(adapters, l1, chunks, r % 2 == 0, pooled) for r in range(repeats)]
     finally:
         for adapter in adapters.values():
             adapter.close()
@@ -170,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--dir", default=None, help="where the fs adapters write (default: a "
                         "temporary directory)")
+    parser.add_argument("--fresh-l1", action="store_true", help="allocate every L1 object "
+                        "afresh (its first write page-faults: a slower base that hides part of "
+                        "the frame's cost) instead of reusing resident buffers")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     serdes = args.serde or ["identity"]
@@ -184,18 +196,21 @@ def main(argv: list[str] | None = None) -> int:
               .reshape(-1).view(torch.uint8) for _ in range(args.chunks)]
     workdir = tempfile.mkdtemp(prefix="lmserde-bench-frame-", dir=args.dir)
     try:
-        rows = [measure({"type": s}, chunks, args.repeats, workdir) for s in serdes]
+        rows = [measure({"type": s}, chunks, args.repeats, workdir, not args.fresh_l1)
+                for s in serdes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     memcpy_gbs, xxh3_gbs = _checksum_vs_memcpy(chunks)
     report = {"chunk_mib": LLAMA3_8B_CHUNK.nbytes >> 20, "chunks": args.chunks,
-              "repeats": args.repeats, "cpu_flags": _cpu_flags(), "memcpy_gbs": memcpy_gbs,
+              "repeats": args.repeats, "l1": "fresh" if args.fresh_l1 else "pooled",
+              "cpu_flags": _cpu_flags(), "memcpy_gbs": memcpy_gbs,
               "xxh3_gbs": xxh3_gbs, "goal": GOAL, "rows": rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"stored-object frame on the wrapper path: fs, {args.chunks} x {report['chunk_mib']} MiB "
-          f"Llama-3-8B bf16 chunks, {args.repeats} repeats (CPU flags: {report['cpu_flags']})")
+          f"Llama-3-8B bf16 chunks, {args.repeats} repeats, {report['l1']} L1 objects (CPU flags: "
+          f"{report['cpu_flags']})")
     print(f"  XXH3-64 checksum {xxh3_gbs:.2f} GB/s = {xxh3_gbs / memcpy_gbs:.2f}x memcpy "
           f"({memcpy_gbs:.2f} GB/s) in this run; {FRAME_HEADER_BYTES} bytes per object")
     for row in rows:
