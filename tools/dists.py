@@ -10,10 +10,11 @@ native plugin's sdist must carry its C sources and compile them. The build runs 
 ``wheel``; ``nox -s build`` provides them.
 
 Metadata rules, for every distribution found: name, version, summary, ``Requires-Python``, a
-license, at least one ``Project-URL`` and ``Classifier``; a plugin's ``lmserde`` requirement has
-a lower and an upper bound (the core API range of :mod:`lmserde.compat`); a distribution with a
-``setup.py`` declaring ``ext_modules`` ships its compiled extension inside a platform wheel and
-its C sources inside the sdist; a pure distribution has a ``py3-none-any`` wheel.
+license and its text (``LICENSE``, in the wheel and the sdist), at least one ``Project-URL`` and
+``Classifier``; a plugin's ``lmserde`` requirement has a lower and an upper bound (the core API
+range of :mod:`lmserde.compat`); a distribution with a ``setup.py`` declaring ``ext_modules``
+ships its compiled extension inside a platform wheel and its C sources inside the sdist; a pure
+distribution has a ``py3-none-any`` wheel.
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def problems_of(src: Source, outdir: Path) -> list[str]:
             out.append(f"{wheel.name}: no {field}")
     if not (fields.get("License") or fields.get("License-Expression")):
         out.append(f"{wheel.name}: no License / License-Expression")
+    if not any(m.endswith(".dist-info/licenses/LICENSE") for m in members):
+        out.append(f"{wheel.name}: the license text (LICENSE) is not in the wheel")
+    with tarfile.open(sdist) as tf:
+        if not any(n.endswith("/LICENSE") and n.count("/") == 1 for n in tf.getnames()):
+            out.append(f"{sdist.name}: the license text (LICENSE) is not in the sdist")
     if src.name != "lmserde":
         core = [r for r in fields.get("Requires-Dist", []) if re.match(r"lmserde\s*[<>=!~(]", r)]
         if not core:
