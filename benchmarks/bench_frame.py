@@ -6,9 +6,11 @@ stored-object frame (the default) and one with ``"serde_frame": false``. Several
 rotate (``--chunks``, default 8 = 256 MiB) so the working set is far above the CPU cache (DRAM
 regime). A repeat stores every chunk, then loads every chunk back, one task each; the two modes
 take turns chunk by chunk (who goes first alternates between repeats), so a slow spell of a
-shared machine hits both. The overhead is ``framed / unframed - 1`` of the median store plus the
-median load over all repeats (the range: the same ratio per repeat), in wall time, and in CPU
-time of the whole process (every thread) per repeat; the checksum's own speed (XXH3-64 over the
+shared machine hits both. The wall-time overhead (``overhead_median``) is ``framed / unframed - 1``
+of the median store plus the median load over all repeats, a ratio of medians (the range: the
+same ratio per repeat); the CPU overhead (``cpu_overhead_median``) is the median over repeats of
+``framed / unframed - 1`` of the process's CPU time (every thread) during the store and load tasks
+of each mode; the checksum's own speed (XXH3-64 over the
 same chunks) is reported against ``memcpy`` measured in the same run.
 
 L1 objects are reused buffers (the L1 manager's pool) whose pages are resident, like LMCache's
@@ -58,35 +60,37 @@ def _keys(n: int) -> list[ObjectKey]:
 
 
 def _store(adapter: object, l1: L1Manager, key: ObjectKey, chunk: torch.Tensor,
-           pooled: bool) -> float:
-    """Wall seconds of one store task of ``chunk`` (an L1 object filled outside the timing)."""
+           pooled: bool) -> tuple[float, float]:
+    """Wall and process CPU seconds of one store task of ``chunk`` (an L1 object filled outside
+    the timing)."""
     (error, obj), = l1.reserve_write([key], pooled, LLAMA3_8B_CHUNK).values()
     assert error is L1Error.SUCCESS
     obj.raw_data[: chunk.numel()].copy_(chunk)
     l1.finish_write_and_reserve_read([key])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     ok = store_sync(adapter, [key], [obj]).is_successful()  # type: ignore[arg-type]
-    seconds = time.perf_counter() - start
-    l1.finish_read([key])
-    l1.delete([key])
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    l1.finish_read([key])  # a pooled (temporary) object goes back to the pool here
+    if not pooled:
+        l1.delete([key])
     if not ok:
         raise RuntimeError("store failed")
-    return seconds
+    return seconds, cpu
 
 
-def _load(adapter: object, l1: L1Manager, key: ObjectKey, pooled: bool) -> float:
-    """Wall seconds of one load task of ``key`` into an L1 object (a reused buffer when
+def _load(adapter: object, l1: L1Manager, key: ObjectKey, pooled: bool) -> tuple[float, float]:
+    """Wall and process CPU seconds of one load task of ``key`` into an L1 object (a reused buffer when
     ``pooled``: its pages are resident, as in LMCache's pinned L1 pool; else a fresh allocation,
     whose first write page-faults)."""
     (error, dst), = l1.reserve_write([key], pooled, LLAMA3_8B_CHUNK).values()
     assert error is L1Error.SUCCESS
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     hit = load_sync(adapter, [key], [dst]).test(0)  # type: ignore[arg-type]
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     l1.finish_write_and_delete([key])
     if not hit:
         raise RuntimeError("load missed")
-    return seconds
+    return seconds, cpu
 
 
 def _round(adapters: dict[bool, object], l1: L1Manager, chunks: list[torch.Tensor],
@@ -94,20 +98,20 @@ def _round(adapters: dict[bool, object], l1: L1Manager, chunks: list[torch.Tenso
     """Store every chunk through both adapters, then load every chunk back from both; the two
     modes take turns chunk by chunk (``framed_first`` picks who starts), so a slow spell of the
     machine hits both. Per mode: the store and load seconds of each chunk and the process's CPU
-    time spent in that mode's operations."""
+    time (every thread) during that mode's store and load tasks."""
     out: dict[bool, dict[str, Any]] = {m: {"store": [], "load": [], "cpu": 0.0} for m in adapters}
     keys = {m: _keys(len(chunks)) for m in adapters}
     order = (True, False) if framed_first else (False, True)
     for i, chunk in enumerate(chunks):
         for m in order:
-            cpu = time.process_time()
-            out[m]["store"].append(_store(adapters[m], l1, keys[m][i], chunk, pooled))
-            out[m]["cpu"] += time.process_time() - cpu
+            wall, cpu = _store(adapters[m], l1, keys[m][i], chunk, pooled)
+            out[m]["store"].append(wall)
+            out[m]["cpu"] += cpu
     for i in range(len(chunks)):
         for m in order:
-            cpu = time.process_time()
-            out[m]["load"].append(_load(adapters[m], l1, keys[m][i], pooled))
-            out[m]["cpu"] += time.process_time() - cpu
+            wall, cpu = _load(adapters[m], l1, keys[m][i], pooled)
+            out[m]["load"].append(wall)
+            out[m]["cpu"] += cpu
     for m, adapter in adapters.items():
         adapter.delete(keys[m])  # type: ignore[attr-defined]
     return out

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from lmserde import TensorMemoryObj
+from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FSL2Adapter, create_l2_adapter, load_sync, store_sync, wait_for_store
 from lmserde.l2.adapters.fs_io import write_head_last
 from lmserde.l2.contract.head_last import adapter_writes_head_last
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, PendingHeader, parse_header
 from lmserde.testing import adapter_key
 
 HEAD = 16
@@ -38,8 +40,9 @@ class _Head:
 
 
 def _object(n: int) -> TensorMemoryObj:
+    """Bytes 0..250 repeating; the head holds a stale marker (0x11) until ``finish_head``."""
     data = torch.arange(n, dtype=torch.int64).remainder(251).to(torch.uint8)
-    data[:HEAD] = 0
+    data[:HEAD] = 0x11
     return TensorMemoryObj.from_tensor(data)
 
 
@@ -51,10 +54,11 @@ def test_the_body_is_on_disk_before_the_head_is_asked_for(tmp_path: Path) -> Non
         write_head_last(fd, memoryview(obj.byte_array).cast("B"), head)
         assert head.file_at_finish is not None
         body = bytes(obj.raw_data[HEAD:].tolist())
-        assert head.file_at_finish == b"\0" * HEAD + body  # body written, head still a hole
+        # the body is written, the head not yet (a hole reads as zeros; never the stale bytes)
+        assert head.file_at_finish == b"\0" * HEAD + body
     finally:
         os.close(fd)
-    assert (tmp_path / "f").read_bytes() == b"\xee" * HEAD + body
+    assert (tmp_path / "f").read_bytes() == b"\xee" * HEAD + body  # the head read after finish
 
 
 def test_an_object_shorter_than_its_head_is_refused(tmp_path: Path) -> None:
@@ -78,8 +82,7 @@ def test_a_head_that_fails_publishes_nothing(tmp_path: Path) -> None:
         assert fs.get_object_sizes(keys) == {keys[0]: 3000}
         assert (Path(fs.path_of(keys[0]))).read_bytes()[:HEAD] == b"\xee" * HEAD
         assert fs.report_status()["store_errors"] == 1
-        leftovers = [n for n in os.listdir(fs.tmp_dir)] if os.path.isdir(fs.tmp_dir) else []
-        assert leftovers == []  # the half-written temporary was removed
+        assert os.listdir(fs.tmp_dir) == []  # the half-written temporary was removed
     finally:
         fs.close()
 
@@ -122,32 +125,160 @@ def test_which_adapters_write_heads_last(tmp_path: Path) -> None:
             adapter.close()
 
 
-def test_a_framed_fs_store_round_trips_through_the_head_last_path(tmp_path: Path) -> None:
-    """Through the wrapper on ``fs`` every stored file starts with a valid frame header, and what
-    was stored loads back bit-exact (payloads of one and of several checksum segments)."""
-    from lmserde import MemoryLayoutDesc
-    from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, parse_header
+LAYOUTS = {"one segment": MemoryLayoutDesc([[1000]], [torch.bfloat16]),  # 2 KB
+           "three segments": MemoryLayoutDesc([[5 << 20]], [torch.bfloat16])}  # 10 MiB
 
-    l1 = L1Manager(1 << 27)
-    wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
-                                 "serde": {"type": "identity"}}, l1)
+
+class _Spy:
+    """Counts calls of an adapter method, optionally raising instead of calling it."""
+
+    def __init__(self, adapter: object, name: str, error: BaseException | None = None) -> None:
+        self.calls = 0
+        self.error = error
+        self._real = getattr(adapter, name)
+        setattr(adapter, name, self)
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return self._real(*args)
+
+
+def _wrapper(tmp_path: Path, l1: L1Manager, serde: Any = None, **fs_options: Any) -> Any:
+    return create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                              "serde": serde or {"type": "identity"}, **fs_options}, l1)
+
+
+def _store(wrapper: Any, l1: L1Manager, key: ObjectKey, layout: MemoryLayoutDesc,
+           seed: int = 0) -> tuple[bool, torch.Tensor]:
+    (_, obj), = l1.reserve_write([key], False, layout).values()
+    obj.raw_data.copy_(torch.randint(0, 256, (obj.raw_data.numel(),), dtype=torch.uint8,
+                                     generator=torch.Generator().manual_seed(seed)))
+    expected = obj.raw_data.clone()
+    l1.finish_write_and_reserve_read([key])
+    ok = store_sync(wrapper, [key], [obj]).is_successful()
+    l1.finish_read([key])
+    l1.delete([key])
+    return ok, expected
+
+
+def _load(wrapper: Any, l1: L1Manager, key: ObjectKey, layout: MemoryLayoutDesc
+          ) -> torch.Tensor | None:
+    (_, dst), = l1.reserve_write([key], False, layout).values()
     try:
-        for i, elems in enumerate((1000, 5 << 20)):  # 2 KB and 10 MiB of bf16
-            layout = MemoryLayoutDesc([[elems]], [torch.bfloat16])
-            key = adapter_key(10 + i)
-            (_, obj), = l1.reserve_write([key], False, layout).values()
-            obj.raw_data.copy_(torch.randint(0, 256, (obj.raw_data.numel(),), dtype=torch.uint8))
-            expected = obj.raw_data.clone()
-            l1.finish_write_and_reserve_read([key])
-            assert store_sync(wrapper, [key], [obj]).is_successful()
-            l1.finish_read([key])
-            l1.delete([key])
-            stored = (tmp_path / os.path.basename(wrapper._inner.path_of(key))).read_bytes()
-            header = parse_header(stored[:FRAME_HEADER_BYTES])
-            assert header.payload_length == expected.numel()
-            (_, dst), = l1.reserve_write([key], False, layout).values()
-            assert load_sync(wrapper, [key], [dst]).test(0)
-            assert torch.equal(dst.raw_data, expected)
-            l1.finish_write_and_delete([key])
+        if not load_sync(wrapper, [key], [dst]).test(0):
+            return None
+        return dst.raw_data.clone()
+    finally:
+        l1.finish_write_and_delete([key])
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+@pytest.mark.parametrize("size", sorted(LAYOUTS))
+def test_a_framed_fs_store_goes_through_the_head_last_path(tmp_path: Path, size: str,
+                                                          fsync: bool) -> None:
+    """Through the wrapper on ``fs`` a framed store writes its header last; every stored file
+    starts with a valid header and loads back bit-exact."""
+    l1 = L1Manager(1 << 27)
+    wrapper = _wrapper(tmp_path, l1, fsync=fsync)
+    try:
+        head_last = _Spy(wrapper._inner, "submit_store_task_head_last")
+        plain = _Spy(wrapper._inner, "submit_store_task")
+        layout, key = LAYOUTS[size], adapter_key(10)
+        ok, expected = _store(wrapper, l1, key, layout)
+        assert ok and (head_last.calls, plain.calls) == (1, 0)
+        stored = Path(wrapper._inner.path_of(key)).read_bytes()
+        assert parse_header(stored[:FRAME_HEADER_BYTES]).payload_length == expected.numel()
+        loaded = _load(wrapper, l1, key, layout)
+        assert loaded is not None and torch.equal(loaded, expected)
+    finally:
+        wrapper.close()
+
+
+def test_head_last_false_stores_headers_first(tmp_path: Path) -> None:
+    l1 = L1Manager(1 << 24)
+    wrapper = _wrapper(tmp_path, l1, head_last=False)
+    try:
+        head_last = _Spy(wrapper._inner, "submit_store_task_head_last")
+        layout = LAYOUTS["one segment"]
+        ok, expected = _store(wrapper, l1, adapter_key(1), layout)
+        assert ok and head_last.calls == 0
+        loaded = _load(wrapper, l1, adapter_key(1), layout)
+        assert loaded is not None and torch.equal(loaded, expected)
+    finally:
+        wrapper.close()
+
+
+def test_a_checksum_that_fails_stores_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """The head cannot be produced: the store fails, no file or temporary is left, L1 gets its
+    temporaries back, and the key is a miss."""
+    import lmserde.l2.serde.stored_frame as stored_frame
+
+    def broken(_payload: torch.Tensor) -> Any:
+        def wait() -> int:
+            raise RuntimeError("checksum thread died")
+        return wait
+
+    monkeypatch.setattr(stored_frame, "start_payload_checksum", broken)
+    l1 = L1Manager(1 << 27)
+    wrapper = _wrapper(tmp_path, l1)
+    try:
+        layout, key = LAYOUTS["three segments"], adapter_key(3)
+        ok, _ = _store(wrapper, l1, key, layout)
+        assert not ok
+        assert not os.path.exists(wrapper._inner.path_of(key))
+        assert os.listdir(wrapper._inner.tmp_dir) == []
+        assert l1.memory_used_bytes() == 0
+        assert _load(wrapper, l1, key, layout) is None
+    finally:
+        wrapper.close()
+
+
+def _count_settles(monkeypatch: Any) -> list[PendingHeader]:
+    settled: list[PendingHeader] = []
+    real = PendingHeader.settle
+
+    def counting(self: PendingHeader) -> None:
+        settled.append(self)
+        real(self)
+
+    monkeypatch.setattr(PendingHeader, "settle", counting)
+    return settled
+
+
+def test_an_inner_submit_that_raises_fails_the_store_and_returns_the_temporaries(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    l1 = L1Manager(1 << 27)
+    wrapper = _wrapper(tmp_path, l1)
+    try:
+        spy = _Spy(wrapper._inner, "submit_store_task_head_last", OSError("disk went away"))
+        settled = _count_settles(monkeypatch)
+        layout, key = LAYOUTS["three segments"], adapter_key(4)
+        ok, _ = _store(wrapper, l1, key, layout)
+        assert not ok and spy.calls == 1
+        assert len(settled) == 1  # the checksum threads were waited for before the release
+        assert l1.memory_used_bytes() == 0
+        assert not os.path.exists(wrapper._inner.path_of(key))
+    finally:
+        wrapper.close()
+
+
+def test_a_key_already_stored_waits_for_its_unfinished_checksum(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """``fs`` skips a key whose file exists without finishing its head; the wrapper waits for
+    the checksum threads before the temporary goes back to L1, and the first object stays."""
+    l1 = L1Manager(1 << 27)
+    wrapper = _wrapper(tmp_path, l1)
+    try:
+        layout, key = LAYOUTS["three segments"], adapter_key(5)
+        ok, first = _store(wrapper, l1, key, layout, seed=1)
+        assert ok
+        settled = _count_settles(monkeypatch)
+        ok, _ = _store(wrapper, l1, key, layout, seed=2)
+        assert ok and len(settled) == 1
+        assert wrapper._inner.report_status()["stores_skipped"] == 1
+        loaded = _load(wrapper, l1, key, layout)
+        assert loaded is not None and torch.equal(loaded, first)
     finally:
         wrapper.close()

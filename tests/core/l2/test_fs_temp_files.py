@@ -35,7 +35,7 @@ def stalled(fd, view):
     os.write(ready, b"1")
     time.sleep(3600)
 
-fs_adapter.write_all = stalled  # the untapped store path (no tap: a plain adapter store)
+fs_adapter.write_all = stalled  # a plain adapter store (no serde wrapper, no head-last write)
 adapter = fs_adapter.FSL2Adapter(base)
 obj = TensorMemoryObj.from_tensor(torch.full((1 << 20,), 7, dtype=torch.uint8))
 adapter.submit_store_task([ObjectKey(b"stalled", "model/a", 0)], [obj])

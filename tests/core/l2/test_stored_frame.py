@@ -230,6 +230,7 @@ def test_a_deferred_seal_writes_the_header_a_plain_seal_writes(length: int, seed
     plain, deferred = _buffer(b"", length), _buffer(b"", length)
     for buf in (plain, deferred):
         buf.raw_data[FRAME_HEADER_BYTES:].copy_(data)
+    framer.seal(deferred, length, KEY, KV)  # a stale, valid header: seal_deferred must clear it
     framer.seal(plain, length, KEY, KV)
     head = framer.seal_deferred(deferred, length, KEY, KV)
     assert head.head_bytes == FRAME_HEADER_BYTES
@@ -246,10 +247,23 @@ def test_a_deferred_seal_needs_a_checksummed_frame() -> None:
 
 @pytest.mark.parametrize("length", [0, 5, 4 << 20, (4 << 20) + 1, (12 << 20) - 3])
 def test_every_way_of_hashing_gives_the_documented_checksum(length: int) -> None:
-    """Inline or started in the background (segments in parallel): the same value."""
-    from lmserde.l2.serde.payload_checksum import payload_checksum, start_payload_checksum
+    """Inline or started in the background (segments in parallel): the value the format
+    defines, computed here independently with ``xxhash`` over copies of the bytes."""
+    import xxhash
+    from lmserde.l2.serde.payload_checksum import (
+        CHECKSUM_SEGMENT_BYTES,
+        payload_checksum,
+        start_payload_checksum,
+    )
 
     data = torch.randint(0, 256, (length,), dtype=torch.uint8,
                          generator=torch.Generator().manual_seed(length))
-    expected = payload_checksum(data)
+    raw = bytes(data.numpy().tobytes())
+    if length <= CHECKSUM_SEGMENT_BYTES:
+        expected = xxhash.xxh3_64_intdigest(raw)
+    else:
+        digests = [xxhash.xxh3_64_intdigest(raw[i:i + CHECKSUM_SEGMENT_BYTES])
+                   for i in range(0, length, CHECKSUM_SEGMENT_BYTES)]
+        expected = xxhash.xxh3_64_intdigest(struct.pack(f"<{len(digests)}Q", *digests))
+    assert payload_checksum(data) == expected
     assert start_payload_checksum(data)() == expected

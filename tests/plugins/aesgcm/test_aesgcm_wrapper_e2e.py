@@ -100,6 +100,24 @@ def test_store_and_load_round_trip(make_adapter: Any, l1: L1Manager, frame_versi
     assert adapter.metrics()["rejections"] == {}
 
 
+@pytest.mark.parametrize("frame_version, head_last", [(1, True), (2, False)])
+def test_only_checksummed_frames_are_written_head_last(make_adapter: Any, frame_version: int,
+                                                       head_last: bool) -> None:
+    """aesgcm v2 authenticates its bytes, so its frames carry no checksum and need no head-last
+    write; v1's frames are checksummed while ``fs`` writes them."""
+    adapter = make_adapter(frame_version=frame_version)
+    calls: list[int] = []
+    real = adapter.inner_adapter.submit_store_task_head_last
+
+    def spy(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    adapter.inner_adapter.submit_store_task_head_last = spy
+    assert store_sync(adapter, KEYS, _objects()).is_successful()
+    assert bool(calls) is head_last
+
+
 @pytest.mark.parametrize("where", [0, 20, 5000, -1], ids=["version", "iv", "body", "tag"])
 def test_tampered_file_misses_alone(make_adapter: Any, l1: L1Manager, where: int) -> None:
     """A flipped bit in the aesgcm frame (``where``: offset in it) is refused by the stored frame.

@@ -97,7 +97,9 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
 
     * Store writes the object's ``get_size()`` bytes to a temporary file in ``relative_tmp_dir``,
       optionally fsyncs it, and links it into place; a key whose file exists is skipped.
-      Concurrent stores of one key never tear a file and count the key once.
+      Concurrent stores of one key never tear a file and count the key once. Through
+      :meth:`submit_store_task_head_last` (unless ``head_last`` is false) the body is written
+      first and the head last, after the serde wrapper computed it (:mod:`lmserde.l2.contract.head_last`).
     * Load is a hit only when the file length equals the destination's ``get_size()`` (the
       actual-used-length contract upper-bound serdes rely on); a 0-byte file into a 0-byte
       destination is a hit.
@@ -125,8 +127,10 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         io_workers: int = 2,
         stale_tmp_seconds: float = DEFAULT_STALE_TMP_SECONDS,
         naming: str = "lmserde",
+        head_last: bool = True,
     ) -> None:
         super().__init__(0)
+        self._head_last = bool(head_last)
         if naming not in FILE_NAMINGS:
             raise ValueError(f"fs adapter naming must be one of {', '.join(FILE_NAMINGS)}, "
                              f"got {naming!r}")
@@ -224,8 +228,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         return task_id
 
     def writes_head_last(self) -> bool:
-        """Yes: a file's head can be written after its body (``head_last``)."""
-        return True
+        """Whether stores may write a file's head after its body (the ``head_last`` option)."""
+        return self._head_last
 
     def submit_store_task_head_last(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj],
                                     heads: Sequence[DeferredHead]) -> L2TaskId:
@@ -520,7 +524,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
 def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
     return FSL2Adapter(options["base_path"], relative_tmp_dir=options["relative_tmp_dir"],
                        fsync=options["fsync"], io_workers=options["io_workers"],
-                       stale_tmp_seconds=options["stale_tmp_seconds"], naming=options["naming"])
+                       stale_tmp_seconds=options["stale_tmp_seconds"], naming=options["naming"],
+                       head_last=options["head_last"])
 
 
 def _check_base_path(value: str) -> None:
@@ -542,6 +547,10 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
                     "file names: lmserde (escaped, any key) or lmcache (LMCache 0.5.6's names, for "
                     "a directory LMCache processes share; use with serde_frame false)",
                     choices=FILE_NAMINGS),
+        SerdeOption("head_last", bool, True,
+                    "let the serde wrapper checksum a framed object while its file is written, "
+                    "its header written last at offset 0; false for file systems that only take "
+                    "sequential writes"),
         SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
                     "on open, remove any writer's temporary file unmodified for this long "
                     f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "

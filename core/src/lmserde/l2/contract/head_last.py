@@ -8,14 +8,23 @@ header not yet written and one :class:`DeferredHead` each, the checksum runs on 
 while the adapter writes the body, and the adapter calls :meth:`DeferredHead.finish_head` (which
 waits for the checksum and writes the header into the object) just before writing the head.
 
-An adapter that stops before writing the head (an error, or a key that was already stored) must
-not publish what it wrote: without its head the object is unusable.
+Rules for the adapter:
+
+- take the head's bytes from the object only after ``finish_head()`` returned (before, they are
+  zero, which no load accepts);
+- call ``finish_head()`` at most once per object, from any thread;
+- an adapter that stops before writing the head (an error, or a key that was already stored) must
+  not publish what it wrote: without its head the object is unusable. It need not call
+  ``finish_head()`` then; the wrapper waits for the pending checksum before it reuses the buffer.
+
+Fits adapters that write into a file or another store allowing writes at any offset before
+publishing (``fs``, which links the finished temporary file under its name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lmserde.keys import ObjectKey
 
@@ -36,12 +45,11 @@ class DeferredHead(Protocol):
 
     def finish_head(self) -> None:
         """Write the head into the object's first :attr:`head_bytes` bytes; may wait for the
-        work it depends on. Raises if the head cannot be produced: the object must then not be
-        published."""
+        work it depends on. Called at most once, from any thread. Raises if the head cannot be
+        produced: the object must then not be published."""
         ...
 
 
-@runtime_checkable
 class HeadLastAdapter(Protocol):
     """An adapter that can write each object's body before its head (see the module docstring).
 
@@ -62,6 +70,6 @@ class HeadLastAdapter(Protocol):
 
 def adapter_writes_head_last(adapter: Any) -> bool:
     """Whether ``adapter`` offers head-last stores (adapters without the probe do not)."""
-    if not isinstance(adapter, HeadLastAdapter):
-        return False
-    return bool(adapter.writes_head_last())
+    probe = getattr(adapter, "writes_head_last", None)
+    submit = getattr(adapter, "submit_store_task_head_last", None)
+    return callable(probe) and callable(submit) and bool(probe())

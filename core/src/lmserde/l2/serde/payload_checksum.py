@@ -11,7 +11,7 @@ its segment's digest, and so the checksum, as surely as one XXH3-64 over the who
 hashing with other work on the same bytes (a serde's decode; an adapter's write).
 
 XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
-measurement over CRC32C: see ``docs/formats/stored-object.md``.
+measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ job of an authenticating serde (aesgcm frame v2), which is why such a serde may 
 payload checksum.
 
 XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
-measurement over CRC32C: see ``docs/formats/stored-object.md``.
+measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``.
 
 This module is over 400 lines because the byte format (header, layout encoding, checks) and its
 one codec (``ObjectFramer``) must change together; the payload checksum lives in
@@ -317,12 +317,21 @@ class PendingHeader:
 
     head_bytes = FRAME_HEADER_BYTES
 
-    def __init__(self, write: Callable[[], None]) -> None:
+    def __init__(self, checksum: Callable[[], int], write: Callable[[int], None]) -> None:
+        self._checksum = checksum
         self._write = write
 
     def finish_head(self) -> None:
         """Wait for the payload checksum and write the header into the buffer."""
-        self._write()
+        self._write(self._checksum())
+
+    def settle(self) -> None:
+        """Wait until the checksum threads are done with the buffer (whatever they found): call
+        before the buffer is reused when :meth:`finish_head` may not have run."""
+        try:
+            self._checksum()
+        except Exception:  # the header is not wanted any more; only the wait matters
+            pass
 
 
 class ObjectFramer:
@@ -364,7 +373,7 @@ class ObjectFramer:
         raw = buffer.raw_data
         payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
         checksum = payload_checksum(payload) if self.checksum else None
-        self._write_header(buffer, payload_length, checksum, key, layout)
+        self._write_header(buffer, payload_length, checksum, key, self._layout_field(layout))
 
     def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
                       layout: MemoryLayoutDesc) -> PendingHeader:
@@ -382,14 +391,13 @@ class ObjectFramer:
         raw = buffer.raw_data
         raw[:FRAME_HEADER_BYTES].zero_()
         buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
-        pending = start_payload_checksum(
+        checksum = start_payload_checksum(
             raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
-        return PendingHeader(lambda: self._write_header(buffer, payload_length, pending(), key,
-                                                        layout_bytes))
+        return PendingHeader(checksum, lambda value: self._write_header(
+            buffer, payload_length, value, key, layout_bytes))
 
     def _write_header(self, buffer: MemoryObj, payload_length: int, checksum: int | None,
-                      key: ObjectKey, layout: MemoryLayoutDesc | tuple[bytes, bool]) -> None:
-        layout_bytes = layout if isinstance(layout, tuple) else self._layout_field(layout)
+                      key: ObjectKey, layout_bytes: tuple[bytes, bool]) -> None:
         header = build_header(payload_length=payload_length, checksum=checksum,
                               config_id=self.config_id, key=key, layout_bytes=layout_bytes)
         raw = buffer.raw_data

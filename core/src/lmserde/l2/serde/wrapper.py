@@ -3,7 +3,9 @@
 Store: temporary byte buffers are reserved in L1 (one batch, each sized from its own object's
 layout), the serde serializes into them, the wrapper seals each one in a stored-object frame
 (:mod:`lmserde.l2.serde.stored_frame`), the inner adapter stores them under the original keys, and the
-temporaries are released. Load: temporaries sized to the stored object are filled by the inner
+temporaries are released. An inner adapter that writes heads last (``fs``,
+:mod:`lmserde.l2.contract.head_last`) gets each header as a pending one: the payload checksum runs
+while it writes the payload. Load: temporaries sized to the stored object are filled by the inner
 adapter, each frame is verified, and the payloads are deserialized into the caller's objects, key
 by key: a key whose bytes fail a check or do not decode is a miss for that key only, counted by
 reason, and is removed from the inner adapter so that the next store writes it again. Every
@@ -22,7 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -32,14 +34,14 @@ from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
 from lmserde.l1.manager import L1Manager
 from lmserde.l2.contract.bitmap import Bitmap
-from lmserde.l2.contract.head_last import adapter_writes_head_last
+from lmserde.l2.contract.head_last import HeadLastAdapter, adapter_writes_head_last
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer
+from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer, PendingHeader
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj
 from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
@@ -93,7 +95,7 @@ class _Task:
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
     confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
-    heads: list[Any] | None = None  # store: per temp, its header still to be written (head-last)
+    heads: list[PendingHeader] | None = None  # store, head-last: each temp's header to be written
 
     def end_stage(self, name: str, now: float) -> float:
         seconds = now - self.stage_started
@@ -433,6 +435,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         except ValueError as exc:
             _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
                          task.task_id, self.serde_type, exc)
+            self._settle_heads(task)
             self._release_written(task.temp_keys)
             self._finish_store(task, L2StoreResult(False, 0), "output_contract")
             return
@@ -442,6 +445,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             _log.error("serde wrapper: L1 refused to read-lock %d temporaries",
                        len(task.temp_keys) - len(locked))
             held = set(locked)
+            self._settle_heads(task)
             self._release_read(locked)
             self._release_written([k for k in task.temp_keys if k not in held])
             self._finish_store(task, L2StoreResult(False, 0), "internal")
@@ -449,12 +453,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         task.phase = _Phase.INNER_STORE
         try:
             if task.heads is not None:
-                inner_id = self._inner.submit_store_task_head_last(  # type: ignore[attr-defined]
+                submit = "submit_store_task_head_last"
+                inner_id = cast(HeadLastAdapter, self._inner).submit_store_task_head_last(
                     task.keys, task.temps, task.heads)
             else:
+                submit = "submit_store_task"
                 inner_id = self._inner.submit_store_task(task.keys, task.temps)
         except Exception as exc:
-            _log.warning("serde wrapper: inner submit_store_task raised: %s", exc)
+            _log.warning("serde wrapper: inner %s raised: %s", submit, exc)
+            self._settle_heads(task)
             self._release_read(task.temp_keys)
             self._finish_store(task, L2StoreResult(False, 0), "inner_store_submit")
             return
@@ -478,9 +485,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         if self._framer is None:
             return
         if self._head_last:  # hashed while the inner adapter writes; it writes the header last
-            task.heads = [self._framer.seal_deferred(temp, payload.get_size(), key, layout)
-                          for temp, payload, key, layout
-                          in zip(task.temps, task.payloads, task.keys, task.layouts)]
+            task.heads = []
+            for temp, payload, key, layout in zip(task.temps, task.payloads, task.keys,
+                                                  task.layouts):
+                task.heads.append(self._framer.seal_deferred(temp, payload.get_size(), key,
+                                                             layout))
             return
         for temp, payload, key, layout in zip(task.temps, task.payloads, task.keys, task.layouts):
             self._framer.seal(temp, payload.get_size(), key, layout)
@@ -493,6 +502,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         for task, result in mine:
             self._metrics.record_stage("inner_store",
                                        task.end_stage("inner_store", time.perf_counter()))
+            self._settle_heads(task)  # a key the adapter skipped never finished its head
             self._release_read(task.temp_keys)
             if not isinstance(result, L2StoreResult):
                 result = L2StoreResult(bool(result), 0)
@@ -803,7 +813,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         if self._closed:
             raise RuntimeError("SerdeL2AdapterWrapper is closed")
 
+    @staticmethod
+    def _settle_heads(task: _Task) -> None:
+        """Wait for the checksum threads still reading a store's temporaries (head-last headers
+        the inner adapter did not finish); call before the temporaries go back to L1."""
+        for head in task.heads or ():
+            head.settle()
+        task.heads = None
+
     def _release_any(self, task: _Task) -> None:
+        self._settle_heads(task)
         if task.phase is _Phase.INNER_STORE:
             self._release_read(task.temp_keys)
         else:
