@@ -18,6 +18,7 @@ from lmserde.l2.build import (
     parse_serde_config,
 )
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.head_last import DeferredHead, HeadLastAdapter, adapter_writes_head_last
 from lmserde.l2.contract.interface import L2AdapterInterface, L2Listener, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.sync_driver import (
@@ -66,10 +67,12 @@ __all__ = [
     "AdapterUsage",
     "Bitmap",
     "ChainStage",
+    "DeferredHead",
     "FSL2Adapter",
     "FaultInjectingL2Adapter",
     "FaultPlan",
     "FrameRejected",
+    "HeadLastAdapter",
     "InjectedFaultError",
     "L2AdapterConfig",
     "L2AdapterFactory",
@@ -94,6 +97,7 @@ __all__ = [
     "SplitTierState",
     "StoragePlacementMode",
     "WrapperMetrics",
+    "adapter_writes_head_last",
     "check_split_tier_specs",
     "create_l2_adapter",
     "create_split_tier_adapter",
