@@ -12,6 +12,7 @@ from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
     AdapterTaskQueues,
     Bitmap,
+    KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
@@ -92,8 +93,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         self._pool = ThreadPoolExecutor(max_workers=io_workers, thread_name_prefix="lmserde-redis")
         self._state_lock = threading.Lock()
         self._closed = False
-        self._pins: dict[ObjectKey, int] = {}
-        self._doomed: set[ObjectKey] = set()
+        self._pins = KeyPins()
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0, "load_hits": 0,
                         "load_misses": 0, "size_mismatches": 0, "lookups": 0, "lookup_hits": 0}
 
@@ -249,21 +249,12 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         hits = [keys[i] for i in bitmap.set_indices()]
         with self._state_lock:
             for key in hits:
-                self._pins[key] = self._pins.get(key, 0) + 1
+                self._pins.pin(key)
         return bitmap
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
-        release: list[ObjectKey] = []
         with self._state_lock:
-            for key in keys:
-                count = self._pins.get(key, 0)
-                if count > 1:
-                    self._pins[key] = count - 1
-                    continue
-                self._pins.pop(key, None)
-                if key in self._doomed:
-                    self._doomed.discard(key)
-                    release.append(key)
+            release = self._pins.unpin(keys)
             closed = self._closed
         if release and not closed:
             try:
@@ -363,13 +354,8 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         """Delete keys now; keys locked by a lookup of this adapter go at their last unlock."""
-        now: list[ObjectKey] = []
         with self._state_lock:
-            for key in keys:
-                if key in self._pins:
-                    self._doomed.add(key)
-                else:
-                    now.append(key)
+            now = self._pins.defer_pinned(keys)
         if now:
             self._delete_now(now)
 
@@ -425,7 +411,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         status = super().report_status()
         with self._state_lock:
             counts = dict(self._counts)
-            locked = len(self._pins)
+            locked = self._pins.pinned_count
             closed = self._closed
         status.update(counts)
         status.update(

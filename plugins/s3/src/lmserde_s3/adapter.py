@@ -13,6 +13,7 @@ from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
     AdapterTaskQueues,
     Bitmap,
+    KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
@@ -102,8 +103,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                                         thread_name_prefix="lmserde-s3")
         self._state_lock = threading.Lock()
         self._closed = False
-        self._pins: dict[ObjectKey, int] = {}
-        self._doomed: set[ObjectKey] = set()
+        self._pins = KeyPins()
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0,
                         "stores_skipped": 0, "key_store_errors": 0, "lookups": 0,
                         "lookup_hits": 0, "load_hits": 0, "load_misses": 0,
@@ -252,7 +252,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
             if self._head_key(keys[i], "lookup") is None:
                 return
             with self._state_lock:
-                self._pins[keys[i]] = self._pins.get(keys[i], 0) + 1
+                self._pins.pin(keys[i])
             with bits_lock:
                 bitmap.set(i)
 
@@ -264,17 +264,8 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         return task_id
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
-        release: list[ObjectKey] = []
         with self._state_lock:
-            for key in keys:
-                count = self._pins.get(key, 0)
-                if count > 1:
-                    self._pins[key] = count - 1
-                    continue
-                self._pins.pop(key, None)
-                if key in self._doomed:
-                    self._doomed.discard(key)
-                    release.append(key)
+            release = self._pins.unpin(keys)
             if release and not self._closed:
                 self._pool.submit(self._delete_now, release)
 
@@ -371,13 +362,8 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         there. Deletes are rare (repair, eviction); the round trip buys exact accounting.
         """
         present = self.get_object_sizes(keys)
-        now: list[ObjectKey] = []
         with self._state_lock:
-            for key in (k for k in keys if k in present):
-                if key in self._pins:
-                    self._doomed.add(key)
-                else:
-                    now.append(key)
+            now = self._pins.defer_pinned(k for k in keys if k in present)
         if now:
             self._delete_now(now)
 
@@ -478,7 +464,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         status = super().report_status()
         with self._state_lock:
             status.update(self._counts)
-            locked = len(self._pins)
+            locked = self._pins.pinned_count
             closed = self._closed
         status.update(self._settings.describe())
         status.update(is_healthy=self._health.healthy and not closed, locked_keys=locked,

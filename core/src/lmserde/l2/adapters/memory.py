@@ -14,6 +14,7 @@ from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.key_pins import KeyPins
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
@@ -48,8 +49,7 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
         self._queues = AdapterTaskQueues()
         self._lock = threading.Lock()
         self._data: OrderedDict[ObjectKey, torch.Tensor] = OrderedDict()
-        self._locks: dict[ObjectKey, int] = {}
-        self._doomed: set[ObjectKey] = set()
+        self._pins = KeyPins()
         self._stored_bytes = 0
         self._evictions = 0
         self._closed = False
@@ -90,10 +90,10 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
         old = self._data.pop(key, None)
         if old is not None:
             self._stored_bytes -= old.numel()
-        self._doomed.discard(key)
+        self._pins.cancel_deferred(key)
         capacity = self.max_capacity_bytes
         if capacity > 0:
-            victims = iter([k for k in self._data if k not in self._locks])
+            victims = iter([k for k in self._data if not self._pins.is_pinned(k)])
             while self._stored_bytes + data.numel() > capacity:
                 victim = next(victims, None) if data.numel() <= capacity else None
                 if victim is None:
@@ -119,27 +119,20 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
         bitmap = Bitmap(len(keys))
         with self._lock:
             for i, key in enumerate(keys):
-                if key in self._data and key not in self._doomed:
+                if key in self._data and not self._pins.is_deferred(key):
                     bitmap.set(i)
-                    self._locks[key] = self._locks.get(key, 0) + 1
+                    self._pins.pin(key)
         self._queues.lookup.complete(task_id, bitmap)
         return task_id
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         freed: list[ObjectKey] = []
         with self._lock:
-            for key in keys:
-                count = self._locks.get(key, 0)
-                if count > 1:
-                    self._locks[key] = count - 1
-                    continue
-                self._locks.pop(key, None)
-                if key in self._doomed:
-                    self._doomed.discard(key)
-                    data = self._data.pop(key, None)
-                    if data is not None:
-                        self._stored_bytes -= data.numel()
-                        freed.append(key)
+            for key in self._pins.unpin(keys):
+                data = self._data.pop(key, None)
+                if data is not None:
+                    self._stored_bytes -= data.numel()
+                    freed.append(key)
         if freed:
             self._notify_keys_deleted(freed)
 
@@ -154,7 +147,7 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
         with self._lock:
             found = []
             for key in keys:
-                data = None if key in self._doomed else self._data.get(key)
+                data = None if self._pins.is_deferred(key) else self._data.get(key)
                 if data is not None:
                     self._data.move_to_end(key)
                 found.append(data)
@@ -180,17 +173,12 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         with self._lock:
             return {k: self._data[k].numel() for k in keys
-                    if k in self._data and k not in self._doomed}
+                    if k in self._data and not self._pins.is_deferred(k)}
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         deleted: list[ObjectKey] = []
         with self._lock:
-            for key in keys:
-                if key not in self._data:
-                    continue
-                if key in self._locks:
-                    self._doomed.add(key)
-                    continue
+            for key in self._pins.defer_pinned(k for k in keys if k in self._data):
                 self._stored_bytes -= self._data.pop(key).numel()
                 deleted.append(key)
         if deleted:
@@ -205,14 +193,14 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     def list_l2_keys(self, *args: Any, **kwargs: Any) -> list[ObjectKey]:
         """Every stored key, least recently used first."""
         with self._lock:
-            return [k for k in self._data if k not in self._doomed]
+            return [k for k in self._data if not self._pins.is_deferred(k)]
 
     def report_status(self) -> dict[str, Any]:
         status = super().report_status()
         with self._lock:
-            status.update(stored_object_count=len(self._data) - len(self._doomed),
+            status.update(stored_object_count=len(self._data) - self._pins.deferred_count,
                           stored_bytes=self._stored_bytes, evictions=self._evictions,
-                          locked_keys=len(self._locks), is_healthy=not self._closed)
+                          locked_keys=self._pins.pinned_count, is_healthy=not self._closed)
         return status
 
     def close(self) -> None:
@@ -222,8 +210,7 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
                 return
             self._closed = True
             self._data.clear()
-            self._locks.clear()
-            self._doomed.clear()
+            self._pins.clear()
             self._stored_bytes = 0
         self._queues.close()
 
