@@ -282,3 +282,26 @@ def test_a_key_already_stored_waits_for_its_unfinished_checksum(
         assert loaded is not None and torch.equal(loaded, first)
     finally:
         wrapper.close()
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("boom"), SystemExit(3)])
+def test_a_capability_probe_that_raises_counts_as_no(tmp_path: Path, raised: BaseException,
+                                                     caplog: Any) -> None:
+    """Adapter code is plugin code: a raising ``writes_head_last`` (SystemExit included) is
+    logged and the wrapper falls back to sealing before the store."""
+    from lmserde.l2.contract.inner_delegation import adapter_reports_sizes
+
+    class Flaky(FSL2Adapter):
+        def writes_head_last(self) -> bool:
+            raise raised
+
+        def reports_object_sizes(self) -> bool:
+            raise raised
+
+    fs = Flaky(tmp_path / "l2")
+    try:
+        assert not adapter_writes_head_last(fs)
+        assert not adapter_reports_sizes(fs)
+        assert "writes_head_last() raised" in caplog.text
+    finally:
+        fs.close()

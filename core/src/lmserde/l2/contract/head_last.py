@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lmserde.keys import ObjectKey
+from lmserde.l2.contract.inner_delegation import probe_adapter
 
 if TYPE_CHECKING:
     from lmserde.l2.contract.interface import L2TaskId
@@ -69,7 +70,7 @@ class HeadLastAdapter(Protocol):
 
 
 def adapter_writes_head_last(adapter: Any) -> bool:
-    """Whether ``adapter`` offers head-last stores (adapters without the probe do not)."""
-    probe = getattr(adapter, "writes_head_last", None)
+    """Whether ``adapter`` offers head-last stores (adapters without the probe do not; a probe
+    that raises is contained and counts as "no", see :func:`probe_adapter`)."""
     submit = getattr(adapter, "submit_store_task_head_last", None)
-    return callable(probe) and callable(submit) and bool(probe())
+    return callable(submit) and probe_adapter(adapter, "writes_head_last")

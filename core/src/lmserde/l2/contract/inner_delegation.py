@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.usage import AdapterUsage
@@ -13,13 +15,34 @@ from lmserde.layout import MemoryLayoutDesc
 if TYPE_CHECKING:
     from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 
-__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes"]
+__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes", "probe_adapter"]
+
+_log = logging.getLogger(__name__)
+
+
+def probe_adapter(adapter: Any, probe_name: str) -> bool:
+    """Call ``adapter``'s optional capability probe ``probe_name`` (a method returning a bool).
+
+    An adapter without it lacks the capability. Adapter code is plugin code: whatever the probe
+    raises (``SystemExit`` included; only Ctrl-C on the main thread propagates) is logged naming
+    the adapter and counts as "no".
+    """
+    probe = getattr(adapter, probe_name, None)
+    if not callable(probe):
+        return False
+    try:
+        return bool(probe())
+    except BaseException as exc:
+        if must_propagate(exc):
+            raise
+        _log.warning("L2 adapter %s: %s() raised %s; taken as false", type(adapter).__name__,
+                     probe_name, describe_exception(exc))
+        return False
 
 
 def adapter_reports_sizes(adapter: Any) -> bool:
     """Whether ``adapter`` reports stored object sizes (adapters without the probe do not)."""
-    probe = getattr(adapter, "reports_object_sizes", None)
-    return bool(probe()) if callable(probe) else False
+    return probe_adapter(adapter, "reports_object_sizes")
 
 
 class InnerAdapterDelegation:
