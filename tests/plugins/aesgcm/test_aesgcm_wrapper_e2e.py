@@ -286,3 +286,34 @@ def test_chained_after_another_serde(tmp_path: Path, master_key_file: Path,
         assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))
     finally:
         adapter.close()
+
+
+def test_switching_frame_version_from_1_to_2_keeps_the_stored_objects(make_adapter: Any,
+                                                                      l1: L1Manager) -> None:
+    """``frame_version`` is not part of the config identity: a fleet moving from LMCache's
+    frame (1) to the key-bound frame (2) keeps every object already stored."""
+    writer = make_adapter(frame_version=1)
+    assert store_sync(writer, KEYS, _objects()).is_successful()
+    writer.close()
+    reader = make_adapter(frame_version=2)
+    hits, outs = _load(reader, l1)
+    assert hits == [True] * len(KEYS)
+    assert [obj_bytes(o) for o in outs] == [obj_bytes(o) for o in _objects()]
+    assert reader.metrics()["rejections"] == {}
+
+
+def test_switching_frame_version_from_2_to_1_rewrites_the_stored_objects(make_adapter: Any,
+                                                                         l1: L1Manager) -> None:
+    """The way back is not free (documented): a version-2 frame is longer than any frame a
+    version-1 writer produces for the layout, so the wrapper refuses it as ``length`` before
+    reading it, deletes it, and the next store writes a version-1 frame in its place."""
+    writer = make_adapter(frame_version=2)
+    assert store_sync(writer, KEYS, _objects()).is_successful()
+    writer.close()
+    reader = make_adapter(frame_version=1)
+    assert _load(reader, l1)[0] == [False] * len(KEYS)
+    assert reader.metrics()["rejections"] == {"length": len(KEYS)}
+    assert store_sync(reader, KEYS, _objects()).is_successful()
+    hits, outs = _load(reader, l1)
+    assert hits == [True] * len(KEYS)
+    assert [obj_bytes(o) for o in outs] == [obj_bytes(o) for o in _objects()]

@@ -61,8 +61,9 @@ def _check_provider_options(value: Any) -> None:
 
 OPTIONS: tuple[SerdeOption, ...] = (
     # aes_bits and frame_version choose how new frames are written; every frame records both and
-    # is read whatever they are now, so they are not part of the config identity: switching
-    # them keeps the objects already stored
+    # is read whatever they are now, so they are not part of the config identity. Switching
+    # aes_bits, or frame_version from 1 to 2, keeps the objects already stored; through the serde
+    # wrapper, 2 -> 1 does not (a v2 frame is longer than the v1 bound: refused as "length")
     SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
                 check=_check_aes_bits, identity=False),
     SerdeOption("key_provider", str, "hkdf",

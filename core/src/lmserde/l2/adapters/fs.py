@@ -6,6 +6,7 @@ temporary files live in ``fs_names.py`` and ``fs_temp_files.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -20,7 +21,14 @@ from typing import Any
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
-from lmserde.l2.adapters.fs_io import read_exact, write_all, write_head_last
+from lmserde.l2.adapters.fs_io import (
+    EntryKind,
+    entry_kind,
+    open_object_file,
+    read_exact,
+    write_all,
+    write_head_last,
+)
 from lmserde.l2.adapters.fs_names import (
     DATA_SUFFIX,
     MAX_READABLE_NAME,
@@ -103,8 +111,13 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     * Load is a hit only when the file length equals the destination's ``get_size()`` (the
       actual-used-length contract upper-bound serdes rely on); a 0-byte file into a 0-byte
       destination is a hit.
-    * ``get_object_sizes`` reports file lengths. Lookups check existence; locks are no-ops (no
-      eviction). Stores and loads run on ``io_workers`` threads; lookups complete inside submit.
+    * Only regular files are objects: symlinks are never followed and FIFOs never waited on.
+      Anything else at a key's path (a symlink, FIFO, socket, device) is a miss and is replaced
+      by the next store of the key (``foreign_entries_replaced``); a directory there fails
+      stores of that key (it is never removed).
+    * ``get_object_sizes`` reports file lengths, leaving out keys it cannot examine. Lookups
+      check that a regular file exists; locks are no-ops (no eviction). Stores and loads run
+      on ``io_workers`` threads; lookups complete inside submit.
     * Opening removes temporary files of dead writers (see :mod:`lmserde.l2.adapters.fs_temp_files`:
       writers of this host whose pid is gone, any writer's file unmodified for
       ``stale_tmp_seconds``); ``report_status`` counts what the sweep did (``tmp_removed``,
@@ -174,7 +187,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._counts_lock = threading.Lock()
         self._counts = {"files_written": 0, "stores_skipped": 0, "store_errors": 0,
                         "load_hits": 0, "load_misses": 0, "size_mismatches": 0,
-                        "list_skipped_names": 0}
+                        "list_skipped_names": 0, "foreign_entries_replaced": 0}
 
     @property
     def base_path(self) -> str:
@@ -269,11 +282,18 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         """Write one file; returns its size, or ``None`` when the key was already stored."""
         path = self.path_of(key)
         hashed = is_hashed_name(os.path.basename(path))
-        if os.path.exists(path):
+        kind = entry_kind(path)
+        if kind is EntryKind.FILE:
             if hashed:  # a file stored before sidecars existed becomes listable
                 self._ensure_sidecar(key, path)
             self._count("stores_skipped")
             return None
+        if kind is EntryKind.DIRECTORY:
+            raise IsADirectoryError(f"a directory stands where the object file belongs: {path}")
+        if kind is EntryKind.OTHER:  # a symlink, FIFO, socket or device: never an object
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            self._count("foreign_entries_replaced")
         if hashed:
             self._ensure_sidecar(key, path)
         view = memoryview(obj.byte_array).cast("B")
@@ -327,8 +347,13 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def _ensure_sidecar(self, key: ObjectKey, path: str) -> None:
         """Publish the readable name of hashed ``path`` next to it, unless already there."""
         side = path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
-        if not os.path.exists(side):
-            self._publish(memoryview(readable_name(key).encode("ascii")), side)
+        kind = entry_kind(side)
+        if kind is EntryKind.FILE:
+            return
+        if kind is EntryKind.OTHER:  # never a sidecar of ours
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(side)
+        self._publish(memoryview(readable_name(key).encode("ascii")), side)
 
     # -- lookup / unlock ------------------------------------------------------------------------
 
@@ -340,7 +365,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         if self._closed:
             raise RuntimeError(f"FSL2Adapter({self._base}) is closed")
         task_id = self._queues.new_task_id()
-        bitmap = Bitmap.from_bools(os.path.exists(self.path_of(k)) for k in keys)
+        bitmap = Bitmap.from_bools(entry_kind(self.path_of(k)) is EntryKind.FILE for k in keys)
         self._queues.lookup.complete(task_id, bitmap)
         return task_id
 
@@ -378,9 +403,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._queues.load.complete(task_id, bitmap)
 
     def _load_one(self, key: ObjectKey, dst: MemoryObj) -> bool:
-        try:
-            fd = os.open(self.path_of(key), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        fd = open_object_file(self.path_of(key))
+        if fd is None:  # absent, or not a regular file (the next store replaces that)
             return False
         try:
             want = dst.get_size()
@@ -399,12 +423,19 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         return True
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
+        """Sizes of the keys stored as regular files; a key that is absent, is something else
+        or cannot be examined is left out (one bad entry never hides the others)."""
         sizes: dict[ObjectKey, int] = {}
         for key in keys:
             try:
-                sizes[key] = os.stat(self.path_of(key)).st_size
+                info = os.lstat(self.path_of(key))
             except FileNotFoundError:
                 continue
+            except OSError as exc:
+                _log.warning("fs adapter: cannot examine %s: %s", key_file_name(key), exc)
+                continue
+            if stat.S_ISREG(info.st_mode):
+                sizes[key] = info.st_size
         return sizes
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
@@ -482,13 +513,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def _read_sidecar(self, hashed: str) -> ObjectKey | None:
         """The key of hashed data file ``hashed`` from its sidecar; ``None`` if absent or wrong."""
         try:
-            fd = os.open(os.path.join(self._base, sidecar_name(hashed)),
-                         os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+            fd = open_object_file(os.path.join(self._base, sidecar_name(hashed)))
         except OSError:
             return None
+        if fd is None:
+            return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             data = os.read(fd, _MAX_SIDECAR_BYTES + 1)
         except OSError:
             return None

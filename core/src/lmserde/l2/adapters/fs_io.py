@@ -3,15 +3,70 @@
 A head-last write (see :mod:`lmserde.l2.contract.head_last`) writes everything after an object's
 head first, then asks for the head and writes it at offset 0: the frame's payload checksum runs
 on other threads while the body goes to the file.
+
+Only regular files are objects. What else may stand at a key's path — a symlink (never
+followed), a FIFO, a socket, a device, a directory — is reported by :func:`entry_kind`, and
+:func:`open_object_file` opens without following a link and without waiting for a FIFO's
+writer, so no entry can make a load block.
 """
 
 from __future__ import annotations
 
+import enum
+import errno
 import os
+import stat
 
 from lmserde.l2.contract.head_last import DeferredHead
 
-__all__ = ["read_exact", "write_all", "write_head_last"]
+__all__ = ["EntryKind", "entry_kind", "open_object_file", "read_exact", "write_all",
+           "write_head_last"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class EntryKind(enum.Enum):
+    """What stands at a path, seen without following a symlink."""
+
+    ABSENT = "absent"
+    FILE = "file"  #: a regular file: the only kind that holds an object
+    DIRECTORY = "directory"
+    OTHER = "other"  #: a symlink, FIFO, socket or device
+
+
+def entry_kind(path: str) -> EntryKind:
+    """The kind of entry at ``path`` (``lstat``: a symlink is ``OTHER`` wherever it points)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return EntryKind.ABSENT
+    if stat.S_ISREG(mode):
+        return EntryKind.FILE
+    return EntryKind.DIRECTORY if stat.S_ISDIR(mode) else EntryKind.OTHER
+
+
+def open_object_file(path: str) -> int | None:
+    """A read-only descriptor of the regular file at ``path``; ``None`` when nothing is there
+    or what is there is not a regular file (a symlink is not followed, a FIFO is not waited
+    on). Other ``OSError`` (permissions, I/O errors) propagate."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW | _NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # symlink, socket, directory
+            return None
+        raise
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
 
 
 def write_all(fd: int, view: memoryview) -> None:

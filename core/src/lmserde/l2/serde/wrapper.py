@@ -29,6 +29,7 @@ from typing import Any, cast
 import torch
 
 from lmserde.base import SerdeProcessor
+from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
@@ -377,8 +378,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             items = [self._serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
             task.bounds = [self._estimate(lay) for lay in task.layouts]
             task.bytes_kv = sum(o.get_size() for o in objects)
-        except Exception as exc:  # bad input fails this task only
-            _log.warning("serde wrapper: store task %d rejected: %s", task_id, exc)
+        except BaseException as exc:  # bad input or a raising estimate fails this task only
+            if must_propagate(exc):
+                raise
+            _log.warning("serde wrapper: store task %d rejected: %s", task_id,
+                         describe_exception(exc))
             self._finish_store(task, L2StoreResult(False, 0), "prepare")
             return task_id
         task.temp_keys = [make_temp_key(k) for k in keys]
@@ -396,8 +400,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             else:
                 try:
                     serde_id = self._serde.submit_serialize(items, task.payloads, keys)
-                except Exception as exc:
-                    _log.warning("serde wrapper: submit_serialize raised: %s", exc)
+                except BaseException as exc:
+                    if must_propagate(exc):
+                        self._release_written(task.temp_keys)
+                        raise
+                    _log.warning("serde wrapper: submit_serialize raised: %s",
+                                 describe_exception(exc))
                     failure = "serialize_submit"
                 else:
                     self._serializing[serde_id] = task
@@ -412,14 +420,19 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         with self._lock:
             pending = list(self._serializing.items())
         for serde_id, task in pending:
-            ok = self._serde.query_serialize_result(serde_id)
+            try:
+                ok = self._serde.query_serialize_result(serde_id)
+            except BaseException as exc:  # a processor that cannot answer failed the task
+                _log.warning("serde wrapper: query_serialize_result raised: %s",
+                             describe_exception(exc))
+                ok = False
             if ok is None:
                 continue
             with self._lock:
                 self._serializing.pop(serde_id, None)
             try:
                 self._after_serialize(task, ok)
-            except Exception:  # never leave a task unfinished
+            except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: store task %d failed after serialize", task.task_id)
                 self._release_any(task)
                 self._finish_store(task, L2StoreResult(False, 0), "internal")
@@ -459,8 +472,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             else:
                 submit = "submit_store_task"
                 inner_id = self._inner.submit_store_task(task.keys, task.temps)
-        except Exception as exc:
-            _log.warning("serde wrapper: inner %s raised: %s", submit, exc)
+        except BaseException as exc:
+            _log.warning("serde wrapper: inner %s raised: %s", submit, describe_exception(exc))
             self._settle_heads(task)
             self._release_read(task.temp_keys)
             self._finish_store(task, L2StoreResult(False, 0), "inner_store_submit")
@@ -495,7 +508,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             self._framer.seal(temp, payload.get_size(), key, layout)
 
     def _drain_inner_store(self) -> None:
-        done = self._inner.pop_completed_store_tasks()
+        try:
+            done = self._inner.pop_completed_store_tasks()
+        except BaseException as exc:  # nothing to match: its tasks fail when the wrapper closes
+            _log.warning("serde wrapper: inner pop_completed_store_tasks raised: %s",
+                         describe_exception(exc))
+            return
         with self._lock:
             mine = [(self._inner_storing.pop(i), r) for i, r in done.items()
                     if i in self._inner_storing]
@@ -540,8 +558,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             layouts = [_layout_of(o) for o in objects]
             dst_items = [self._deserialize_item(o, lay) for o, lay in zip(objects, layouts)]
             bounds = [self._estimate(lay) for lay in layouts]
-        except Exception as exc:  # bad input fails this task only
-            _log.warning("serde wrapper: load task %d rejected: %s", task_id, exc)
+        except BaseException as exc:  # bad input or a raising estimate fails this task only
+            if must_propagate(exc):
+                raise
+            _log.warning("serde wrapper: load task %d rejected: %s", task_id,
+                         describe_exception(exc))
             self._finish_load(task, Bitmap(len(keys)), "prepare")
             return task_id
         stored = self._stored_sizes(keys)
@@ -585,8 +606,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             else:
                 try:
                     inner_id = self._inner.submit_load_task(load_keys, temps)
-                except Exception as exc:
-                    _log.warning("serde wrapper: inner submit_load_task raised: %s", exc)
+                except BaseException as exc:
+                    if must_propagate(exc):
+                        self._release_written(task.temp_keys)
+                        raise
+                    _log.warning("serde wrapper: inner submit_load_task raised: %s",
+                                 describe_exception(exc))
                     failure = "inner_load_submit"
                 else:
                     self._inner_loading[inner_id] = task
@@ -598,26 +623,45 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         return task_id
 
     def _stored_sizes(self, keys: list[ObjectKey]) -> dict[ObjectKey, int]:
+        """The inner adapter's sizes of ``keys``; when asking for the batch raises, each key is
+        asked alone, so that one key the adapter cannot examine does not hide the others' sizes
+        (which narrow the loads of upper-bound serdes)."""
         if not adapter_reports_sizes(self._inner):
             return {}
         try:
             return dict(self._inner.get_object_sizes(keys))
-        except Exception as exc:  # sizes are advisory
-            _log.warning("serde wrapper: get_object_sizes raised: %s", exc)
-            return {}
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            _log.warning("serde wrapper: get_object_sizes raised: %s; asking key by key",
+                         describe_exception(exc))
+        sizes: dict[ObjectKey, int] = {}
+        for key in keys:
+            try:
+                sizes.update(self._inner.get_object_sizes([key]))
+            except BaseException as exc:
+                if must_propagate(exc):
+                    raise
+                continue  # this key's size stays unknown
+        return sizes
 
     def _drain_inner_load(self) -> None:
         with self._lock:
             pending = list(self._inner_loading.items())
         for inner_id, task in pending:
-            bitmap = self._inner.query_load_result(inner_id)
+            try:
+                bitmap = self._inner.query_load_result(inner_id)
+            except BaseException as exc:  # an adapter that cannot answer missed every key
+                _log.warning("serde wrapper: inner query_load_result raised: %s",
+                             describe_exception(exc))
+                bitmap = Bitmap(len(task.temps))
             if bitmap is None:
                 continue
             with self._lock:
                 self._inner_loading.pop(inner_id, None)
             try:
                 self._after_inner_load(task, bitmap)
-            except Exception:  # never leave a task unfinished
+            except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: load task %d failed after inner load",
                                task.task_id)
                 self._release_any(task)
@@ -643,8 +687,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 serde_id = self._serde.submit_deserialize(
                     [task.payloads[j] for j in slots], [task.dst_items[j] for j in slots],
                     [task.keys[task.positions[j]] for j in slots])
-            except Exception as exc:
-                _log.warning("serde wrapper: submit_deserialize raised: %s", exc)
+            except BaseException as exc:
+                _log.warning("serde wrapper: submit_deserialize raised: %s",
+                             describe_exception(exc))
                 serde_id = None
             else:
                 self._deserializing[serde_id] = task
@@ -703,7 +748,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             return
         try:
             self._inner.delete(keys)
-        except Exception as exc:  # repair is best effort; the keys are misses either way
+        except BaseException as exc:  # repair is best effort; the keys are misses either way
+            if must_propagate(exc):
+                raise
             _log.warning("serde wrapper: deleting %d refused objects failed: %s: %s", len(keys),
                          type(exc).__name__, exc)
             return
@@ -713,26 +760,34 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         with self._lock:
             pending = list(self._deserializing.items())
         for serde_id, task in pending:
-            if self._has_outcomes:
-                outcome = self._serde.query_deserialize_outcome(serde_id)
-                if outcome is None:
-                    continue
-                oks = [outcome.item_ok(i) if i < len(outcome.item_errors) else False
-                       for i in range(len(task.hit_slots))]
-            else:
-                result = self._serde.query_deserialize_result(serde_id)
-                if result is None:
-                    continue
-                oks = [bool(result)] * len(task.hit_slots)
+            try:
+                oks = self._deserialize_oks(serde_id, len(task.hit_slots))
+            except BaseException as exc:  # a processor that cannot answer failed the task
+                _log.warning("serde wrapper: querying a deserialize raised: %s",
+                             describe_exception(exc))
+                oks = [False] * len(task.hit_slots)
+            if oks is None:
+                continue
             with self._lock:
                 self._deserializing.pop(serde_id, None)
             try:
                 self._after_deserialize(task, oks)
-            except Exception:  # never leave a task unfinished
+            except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: load task %d failed after deserialize",
                                task.task_id)
                 self._release_any(task)
                 self._finish_load(task, Bitmap(task.num_keys), "internal")
+
+    def _deserialize_oks(self, serde_id: int, items: int) -> list[bool] | None:
+        """Per item of a finished deserialize, whether it decoded; ``None`` while it runs."""
+        if self._has_outcomes:
+            outcome = self._serde.query_deserialize_outcome(serde_id)
+            if outcome is None:
+                return None
+            return [outcome.item_ok(i) if i < len(outcome.item_errors) else False
+                    for i in range(items)]
+        result = self._serde.query_deserialize_result(serde_id)
+        return None if result is None else [bool(result)] * items
 
     def _after_deserialize(self, task: _Task, oks: list[bool]) -> None:
         self._metrics.record_stage("deserialize",
@@ -843,7 +898,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         for name, closer in (("inner adapter", self._inner.close), ("serde", self._serde.close)):
             try:
                 closer()
-            except Exception:  # keep releasing
+            except BaseException as exc:  # keep releasing
+                if must_propagate(exc):
+                    raise
                 _log.exception("serde wrapper: closing the %s raised", name)
         with self._lock:
             stores = list(self._serializing.values()) + list(self._inner_storing.values())
