@@ -119,3 +119,25 @@ def test_scrub_adapter_api_counts_progress(tmp_path: Path, l1: L1Manager, cache:
         wrapper.close()
     assert seen == [2, 2, 1]
     assert report.found_damage and len(report.damaged) == 2 and report.deleted == 0
+
+
+def test_scrub_reports_an_oversized_object_without_reading_it(
+        tmp_path: Path, l1: L1Manager, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    """A huge (here sparse: 1 TiB) file at a key's path is ``length`` damage; no buffer of its size
+    is ever allocated, whatever the machine's memory."""
+    keys = _fill(tmp_path, l1, cache, n=3)
+    with open(tmp_path / key_file_name(keys[2]), "r+b") as f:
+        f.truncate(1 << 40)
+    code, report = _scrub_json(capsys, json.dumps(_spec(tmp_path)))
+    assert code == 1 and report["verdicts"] == {"length": 1, "ok": 2}
+    assert report["damaged"][0]["chunk_hash"] == keys[2].chunk_hash.hex()
+    small = KV.nbytes + FRAME_HEADER_BYTES
+    code, report = _scrub_json(capsys, json.dumps(_spec(tmp_path)), "--max-object-bytes",
+                               str(small - 1))
+    assert report["verdicts"] == {"length": 3}
+    wrapper = create_l2_adapter(_spec(tmp_path), l1, repair=False)
+    try:
+        with pytest.raises(ValueError, match="max_object_bytes"):
+            scrub_adapter(wrapper, max_object_bytes=8)
+    finally:
+        wrapper.close()

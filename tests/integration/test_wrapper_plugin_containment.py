@@ -187,11 +187,11 @@ def test_sizes_are_asked_key_by_key_when_the_batch_raises(exc: BaseException, tm
     wrapper = SerdeL2AdapterWrapper(_ChokesOnOneKey(tmp_path), proc, l1,
                                     size_contract=SerdeSizeContract.UPPER_BOUND)
     with wrapper:
-        assert wrapper._stored_sizes([key_of(1), bad]) == {}  # nothing stored yet
+        assert wrapper.stored_sizes([key_of(1), bad]) == {}  # nothing stored yet
         cache = Cache(l1)
         keys = [key_of(1), key_of(2), bad]
         assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
-        sizes: Callable[[], dict[ObjectKey, int]] = lambda: wrapper._stored_sizes(keys)  # noqa: E731
+        sizes: Callable[[], dict[ObjectKey, int]] = lambda: wrapper.stored_sizes(keys)  # noqa: E731
         framed = KV.nbytes + 64
         assert sizes() == {key_of(1): framed, key_of(2): framed}
         hits, _ = cache.load(wrapper, keys, KV)

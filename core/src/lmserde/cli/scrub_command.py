@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
                    help="L1 buffer capacity used for decoding (default 1 GiB)")
+    p.add_argument("--max-object-bytes", type=int, default=None,
+                   help="objects larger than this are reported as 'length' damage without "
+                        "being read (default 4 GiB: scrub.DEFAULT_MAX_OBJECT_BYTES)")
     p.set_defaults(handler=run)
 
 
@@ -110,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
         keys = list(wrapper.list_l2_keys())
         show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
         with _progress(show, len(keys)) as advance:
+            limit = ({} if args.max_object_bytes is None
+                     else {"max_object_bytes": args.max_object_bytes})
             report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   batch=args.batch, on_progress=advance)
+                                   batch=args.batch, on_progress=advance, **limit)
     except (NotImplementedError, ValueError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
         return EXIT_USAGE

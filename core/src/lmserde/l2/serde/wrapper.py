@@ -565,7 +565,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                          describe_exception(exc))
             self._finish_load(task, Bitmap(len(keys)), "prepare")
             return task_id
-        stored = self._stored_sizes(keys)
+        stored = self.stored_sizes(keys)
         oversized: list[ObjectKey] = []
         for i, key in enumerate(keys):
             size = stored.get(key)
@@ -622,10 +622,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 raise RuntimeError("SerdeL2AdapterWrapper is closed")
         return task_id
 
-    def _stored_sizes(self, keys: list[ObjectKey]) -> dict[ObjectKey, int]:
-        """The inner adapter's sizes of ``keys``; when asking for the batch raises, each key is
-        asked alone, so that one key the adapter cannot examine does not hide the others' sizes
-        (which narrow the loads of upper-bound serdes)."""
+    def stored_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
+        """The inner adapter's stored sizes of ``keys`` (frame included); ``{}`` when it does not
+        report sizes. When asking for the batch raises, each key is asked alone, so that one key
+        the adapter cannot examine does not hide the others' sizes (they narrow the loads of
+        upper-bound serdes); a key whose size cannot be had is left out. Never raises (except
+        Ctrl-C on the main thread)."""
+        keys = list(keys)
         if not adapter_reports_sizes(self._inner):
             return {}
         try:
