@@ -4,6 +4,7 @@ A FIFO, a socket, a symlink (dangling, looping, or pointing at a FIFO or at anot
 or a directory where an object file belongs is damage, like a corrupt file: loads of that key
 miss without blocking, other keys of the same batch are unaffected, the next store replaces the
 entry (a directory is never removed: storing that key fails, visibly), and listing skips it.
+Also here: a listener raising a ``BaseException`` never stalls the adapter's io threads.
 """
 
 from __future__ import annotations
@@ -148,3 +149,19 @@ def test_one_unexaminable_key_does_not_hide_the_others_sizes(tmp_path: Path, ser
             assert bytes(src.byte_array) == bytes(dst.byte_array)
     finally:
         wrapper.close()
+
+
+class _RaisingListener:
+    def on_l2_keys_stored(self, keys: list[ObjectKey], sizes: list[int]) -> None:
+        raise SystemExit("listener")
+
+    def on_l2_keys_accessed(self, keys: list[ObjectKey]) -> None:
+        raise GeneratorExit
+
+
+def test_a_listener_raising_a_base_exception_does_not_stall_the_io_threads(
+        fs: FSL2Adapter) -> None:
+    fs.register_listener(_RaisingListener())
+    for i in range(4):  # more tasks than io workers: a killed or stuck worker would show
+        assert store_sync(fs, [key(i)], [random_object(LAYOUT, i)], timeout=SECONDS).is_successful()
+        assert load_sync(fs, [key(i)], [_dst()], timeout=SECONDS).to_list() == [True]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from lmserde.containment import must_propagate
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.store_result import L2StoreResult
@@ -188,8 +189,9 @@ class L2AdapterInterface(ABC):
     def register_listener(self, listener: Any) -> None:
         """Add a listener with any of ``on_l2_keys_stored/accessed/deleted``.
 
-        Called on the adapter's threads after keys are stored, read or deleted; a listener that
-        raises an ``Exception`` is logged and the others still run.
+        Called on the adapter's threads after keys are stored, read or deleted; whatever a
+        listener raises (``BaseException`` included; only Ctrl-C on the main thread propagates)
+        is logged, the others still run and the adapter's task completes as if it had not.
         """
         self._listeners.append(listener)
 
@@ -236,5 +238,7 @@ class L2AdapterInterface(ABC):
                 continue
             try:
                 fn(*args)
-            except Exception:
+            except BaseException as exc:  # a listener never fails or stalls the adapter's task
+                if must_propagate(exc):
+                    raise
                 _log.exception("L2 listener %r.%s raised; ignored", listener, method)
