@@ -31,16 +31,23 @@ RAISED = [SystemExit(3), asyncio.CancelledError(), GeneratorExit(), RuntimeError
 IDS = [type(e).__name__ for e in RAISED]
 
 
-class _Raising(AsyncSerdeProcessor):
-    """Identity processor whose named methods raise ``exc`` while ``armed``."""
+class _Trap:
+    """Raises ``exc`` from the methods named in ``methods`` while ``armed``."""
 
-    def __init__(self, exc: BaseException, methods: Sequence[str]) -> None:
-        super().__init__(_Estimating(self), IdentityDeserializer())
+    def _arm_with(self, exc: BaseException, methods: Sequence[str]) -> None:
         self.exc, self.methods, self.armed = exc, set(methods), False
 
     def _maybe_raise(self, name: str) -> None:
         if self.armed and name in self.methods:
             raise self.exc
+
+
+class _Raising(_Trap, AsyncSerdeProcessor):
+    """Identity processor whose named methods raise while armed."""
+
+    def __init__(self, exc: BaseException, methods: Sequence[str]) -> None:
+        super().__init__(_Estimating(self), IdentityDeserializer())
+        self._arm_with(exc, methods)
 
     def submit_serialize(self, *args: Any) -> int:
         self._maybe_raise("submit_serialize")
@@ -72,16 +79,12 @@ class _Estimating(IdentitySerializer):
         return super().estimate_serialized_size(layout_desc)
 
 
-class _RaisingFS(FSL2Adapter):
-    """An fs adapter whose named methods raise ``exc`` while ``armed``."""
+class _RaisingFS(_Trap, FSL2Adapter):
+    """An fs adapter whose named methods raise while armed."""
 
     def __init__(self, path: Path, exc: BaseException, methods: Sequence[str]) -> None:
         super().__init__(path)
-        self.exc, self.methods, self.armed = exc, set(methods), False
-
-    def _maybe_raise(self, name: str) -> None:
-        if self.armed and name in self.methods:
-            raise self.exc
+        self._arm_with(exc, methods)
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         self._maybe_raise("delete")

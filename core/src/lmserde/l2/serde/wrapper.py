@@ -22,7 +22,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -398,14 +398,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             if self._closed:
                 failure = "closed"
             else:
-                try:
-                    serde_id = self._serde.submit_serialize(items, task.payloads, keys)
-                except BaseException as exc:
-                    if must_propagate(exc):
-                        self._release_written(task.temp_keys)
-                        raise
-                    _log.warning("serde wrapper: submit_serialize raised: %s",
-                                 describe_exception(exc))
+                serde_id = self._submit_contained(
+                    "submit_serialize", task.temp_keys,
+                    lambda: self._serde.submit_serialize(items, task.payloads, keys))
+                if serde_id is None:
                     failure = "serialize_submit"
                 else:
                     self._serializing[serde_id] = task
@@ -415,6 +411,20 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             if failure == "closed":
                 raise RuntimeError("SerdeL2AdapterWrapper is closed")
         return task_id
+
+    def _submit_contained(self, what: str, temp_keys: list[ObjectKey],
+                          submit: Callable[[], int]) -> int | None:
+        """``submit()`` (a serde's or inner adapter's submit, called on the caller's thread);
+        ``None`` when it raised, logged. Ctrl-C on the main thread releases ``temp_keys`` and
+        propagates."""
+        try:
+            return submit()
+        except BaseException as exc:
+            if must_propagate(exc):
+                self._release_written(temp_keys)
+                raise
+            _log.warning("serde wrapper: %s raised: %s", what, describe_exception(exc))
+            return None
 
     def _drain_serialize(self) -> None:
         with self._lock:
@@ -604,14 +614,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             if self._closed:
                 failure = "closed"
             else:
-                try:
-                    inner_id = self._inner.submit_load_task(load_keys, temps)
-                except BaseException as exc:
-                    if must_propagate(exc):
-                        self._release_written(task.temp_keys)
-                        raise
-                    _log.warning("serde wrapper: inner submit_load_task raised: %s",
-                                 describe_exception(exc))
+                inner_id = self._submit_contained(
+                    "inner submit_load_task", task.temp_keys,
+                    lambda: self._inner.submit_load_task(load_keys, temps))
+                if inner_id is None:
                     failure = "inner_load_submit"
                 else:
                     self._inner_loading[inner_id] = task
