@@ -74,10 +74,12 @@ class Deserializer(ABC):
 
         Pre: ``src`` holds at least the stored bytes (possibly more: never use ``len(src)`` as
         the frame length); ``dst`` is write-locked by the caller and written by nobody else.
-        Post: ``dst`` holds the object. Raise on corrupt, truncated, foreign or mismatching input
-        (the caller turns it into a miss and zeroes ``dst``); never return garbage. Neither object
-        is kept after the call. May run on any worker thread, concurrently with other calls on
-        the same instance.
+        Post: ``dst`` holds the object. Raise ``ValueError`` (or a subclass) on corrupt,
+        truncated, foreign or mismatching input (the caller turns it into a miss and zeroes
+        ``dst``; the serde wrapper deletes the stored object); never return garbage. Raise
+        anything else for a failure that is not the input's (a key service down): the load
+        misses and a framed object is kept. Neither object is kept after the call. May run on
+        any worker thread, concurrently with other calls on the same instance.
         """
 
 

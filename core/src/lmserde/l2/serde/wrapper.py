@@ -55,6 +55,10 @@ __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
 
 _log = logging.getLogger(__name__)
 
+
+class _NoItemError(Exception):
+    """Stands for the error of an item whose processor reported only that the task failed."""
+
 #: Tag of the wrapper's L1 staging objects (invisible to other readers).
 L1_WRITE_TAG = "serde_wrapper"
 UPPER_BOUND_PAIRING_ERROR = (
@@ -770,53 +774,78 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             pending = list(self._deserializing.items())
         for serde_id, task in pending:
             try:
-                oks = self._deserialize_oks(serde_id, len(task.hit_slots))
+                errors = self._deserialize_errors(serde_id, len(task.hit_slots))
             except BaseException as exc:  # a processor that cannot answer failed the task
                 _log.warning("serde wrapper: querying a deserialize raised: %s",
                              describe_exception(exc))
-                oks = [False] * len(task.hit_slots)
-            if oks is None:
+                errors = [_NoItemError()] * len(task.hit_slots)
+            if errors is None:
                 continue
             with self._lock:
                 self._deserializing.pop(serde_id, None)
             try:
-                self._after_deserialize(task, oks)
+                self._after_deserialize(task, errors)
             except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: load task %d failed after deserialize",
                                task.task_id)
                 self._release_any(task)
                 self._finish_load(task, Bitmap(task.num_keys), "internal")
 
-    def _deserialize_oks(self, serde_id: int, items: int) -> list[bool] | None:
-        """Per item of a finished deserialize, whether it decoded; ``None`` while it runs."""
+    def _deserialize_errors(self, serde_id: int, items: int) -> list[BaseException | None] | None:
+        """Per item of a finished deserialize, what it raised (``None``: decoded); ``None``
+        while it runs. A processor without per-item outcomes reports a failed task as
+        :class:`_NoItemError` for every item."""
         if self._has_outcomes:
             outcome = self._serde.query_deserialize_outcome(serde_id)
             if outcome is None:
                 return None
-            return [outcome.item_ok(i) if i < len(outcome.item_errors) else False
+            return [outcome.item_errors[i] if i < len(outcome.item_errors) else _NoItemError()
                     for i in range(items)]
         result = self._serde.query_deserialize_result(serde_id)
-        return None if result is None else [bool(result)] * items
+        if result is None:
+            return None
+        return [None] * items if result else [_NoItemError()] * items
 
-    def _after_deserialize(self, task: _Task, oks: list[bool]) -> None:
+    def _blames_the_bytes(self, error: BaseException) -> bool:
+        """Whether a failed decode condemns the stored object (refused as ``decode``, deleted).
+
+        Framed, only a ``ValueError`` does — the deserializer contract's "these bytes are bad"
+        (the frame already vouched for them: checksum, key, config); anything else (a key
+        service unreachable, ``MemoryError``, a cancelled call, a processor that reports no
+        per-item error) is a failure of the serde or its environment, and deleting would wipe
+        good objects for as long as it lasts. Unframed, nothing vouches for the bytes: every
+        failed decode condemns them.
+        """
+        return self._framer is None or isinstance(error, ValueError)
+
+    def _after_deserialize(self, task: _Task, errors: list[BaseException | None]) -> None:
         self._metrics.record_stage("deserialize",
                                    task.end_stage("deserialize", time.perf_counter()))
         final = Bitmap(task.num_keys)
         serialized = 0
         undecodable: list[ObjectKey] = []
         corrupt: list[ObjectKey] = []
-        for slot, ok in zip(task.hit_slots, oks):
+        kept: list[ObjectKey] = []
+        last_error: BaseException | None = None
+        for slot, error in zip(task.hit_slots, errors):
             key = task.keys[task.positions[slot]]
             if not self._payload_confirmed(task, slot):
                 scrub_destination(task.dst_items[slot])  # decoded from damaged bytes: never used
                 corrupt.append(key)
-            elif ok:
+            elif error is None:
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
-            else:
+            elif self._blames_the_bytes(error):
                 undecodable.append(key)
-        failed = len(undecodable)
+            else:
+                kept.append(key)
+                last_error = error
+        failed = len(undecodable) + len(kept)
         self._metrics.record_failure("deserialize", failed)
+        if kept:
+            _log.warning("serde wrapper: %d objects of load task %d missed, kept in L2: the serde "
+                         "failed for a reason other than their bytes (%s)", len(kept),
+                         task.task_id, describe_exception(last_error or _NoItemError()))
         if undecodable:
             self._reject(task, "decode", undecodable)
         if corrupt:
@@ -839,7 +868,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                     bytes_kv += item_size(task.dst_items[slot])
         self._metrics.record_load(task.num_keys, hits, serialized, bytes_kv)
         broken = bool(task.rejected) or failed_stage in ("internal", "deserialize_submit",
-                                                          "reserve")
+                                                          "reserve", "deserialize")
         self._count_outcome("load", not broken)
         emit_wrapper_task_event(WrapperTaskEvent(
             serde_type=self.serde_type, operation="load", task_id=task.task_id,
