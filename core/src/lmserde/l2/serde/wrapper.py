@@ -59,6 +59,7 @@ _log = logging.getLogger(__name__)
 class _NoItemError(Exception):
     """Stands for the error of an item whose processor reported only that the task failed."""
 
+
 #: Tag of the wrapper's L1 staging objects (invisible to other readers).
 L1_WRITE_TAG = "serde_wrapper"
 UPPER_BOUND_PAIRING_ERROR = (
