@@ -80,10 +80,15 @@ def test_a_failure_that_is_not_about_the_bytes_keeps_the_object(
         assert wrapper.report_status()["is_healthy"]
 
 
-def test_a_value_error_condemns_the_bytes(tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+@pytest.mark.parametrize(("frame", "error"), [
+    (True, ValueError("not a frame of mine")),  # framed: the serde's verdict on the bytes
+    (False, ConnectionError("kms down")),  # unframed: nothing vouches for the bytes
+], ids=["framed ValueError", "unframed, any error"])
+def test_a_decode_that_condemns_the_bytes_deletes_the_object(
+        frame: bool, error: BaseException, tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
     deserializer = _Outage()
-    deserializer.error = ValueError("not a frame of mine")
-    wrapper, inner = _wrapper(tmp_path, l1, deserializer)
+    deserializer.error = error
+    wrapper, inner = _wrapper(tmp_path, l1, deserializer, frame=frame)
     with wrapper:
         key = [key_of(1)]
         assert cache.store(wrapper, key, objects_for(KV, 1)).is_successful()
@@ -94,19 +99,6 @@ def test_a_value_error_condemns_the_bytes(tmp_path: Path, l1: L1Manager, cache: 
         deserializer.down = False
         assert cache.store(wrapper, key, objects_for(KV, 1)).bytes_transferred() > 0
         assert cache.load(wrapper, key, KV)[0].to_list() == [True]
-
-
-def test_without_the_frame_every_failed_decode_deletes(tmp_path: Path, l1: L1Manager,
-                                                       cache: Cache) -> None:
-    deserializer = _Outage()
-    wrapper, inner = _wrapper(tmp_path, l1, deserializer, frame=False)
-    with wrapper:
-        key = [key_of(1)]
-        assert cache.store(wrapper, key, objects_for(KV, 1)).is_successful()
-        deserializer.down = True
-        assert cache.load(wrapper, key, KV)[0].to_list() == [False]
-        assert wrapper.metrics()["rejections"] == {"decode": 1}
-        assert inner.get_object_sizes(key) == {}
 
 
 def test_a_processor_without_item_outcomes_never_condemns_a_whole_batch(
