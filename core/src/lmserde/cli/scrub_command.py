@@ -100,7 +100,7 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lmserde.l1.manager import L1Manager
-    from lmserde.l2.serde.scrub import scrub_adapter
+    from lmserde.l2.serde.scrub import DEFAULT_MAX_OBJECT_BYTES, scrub_adapter
 
     try:
         spec = _read_spec(args.spec)
@@ -113,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
         keys = list(wrapper.list_l2_keys())
         show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
         with _progress(show, len(keys)) as advance:
-            limit = ({} if args.max_object_bytes is None
-                     else {"max_object_bytes": args.max_object_bytes})
+            limit = (DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None
+                     else args.max_object_bytes)
             report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   batch=args.batch, on_progress=advance, **limit)
+                                   batch=args.batch, on_progress=advance, max_object_bytes=limit)
     except (NotImplementedError, ValueError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
         return EXIT_USAGE

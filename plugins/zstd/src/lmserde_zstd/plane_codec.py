@@ -276,9 +276,6 @@ def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) 
             sources.append(np.frombuffer(stored, dtype=np.uint8))
         else:
             sources.append(np.frombuffer(_decode_plane(stored, count, p), dtype=np.uint8))
-    if element_size == 1:
-        out[:count] = sources[0]
-    else:
-        plane_ops.merge(sources, element_size, out)
+    plane_ops.merge(sources, element_size, out)  # (one plane: a plain copy)
     if tail:
         out[count * element_size:] = np.frombuffer(payload[pos:pos + tail], dtype=np.uint8)

@@ -6,7 +6,6 @@ temporary files live in ``fs_names.py`` and ``fs_temp_files.py``."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -23,6 +22,7 @@ from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapters.fs_io import (
     EntryKind,
+    clear_foreign_entry,
     entry_kind,
     open_object_file,
     read_exact,
@@ -282,7 +282,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         """Write one file; returns its size, or ``None`` when the key was already stored."""
         path = self.path_of(key)
         hashed = is_hashed_name(os.path.basename(path))
-        kind = entry_kind(path)
+        kind = clear_foreign_entry(path)
         if kind is EntryKind.FILE:
             if hashed:  # a file stored before sidecars existed becomes listable
                 self._ensure_sidecar(key, path)
@@ -290,9 +290,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             return None
         if kind is EntryKind.DIRECTORY:
             raise IsADirectoryError(f"a directory stands where the object file belongs: {path}")
-        if kind is EntryKind.OTHER:  # a symlink, FIFO, socket or device: never an object
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        if kind is EntryKind.OTHER:  # a symlink, FIFO, socket or device: removed, replaced now
             self._count("foreign_entries_replaced")
         if hashed:
             self._ensure_sidecar(key, path)
@@ -347,13 +345,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def _ensure_sidecar(self, key: ObjectKey, path: str) -> None:
         """Publish the readable name of hashed ``path`` next to it, unless already there."""
         side = path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
-        kind = entry_kind(side)
-        if kind is EntryKind.FILE:
-            return
-        if kind is EntryKind.OTHER:  # never a sidecar of ours
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(side)
-        self._publish(memoryview(readable_name(key).encode("ascii")), side)
+        if clear_foreign_entry(side) is not EntryKind.FILE:
+            self._publish(memoryview(readable_name(key).encode("ascii")), side)
 
     # -- lookup / unlock ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ writer, so no entry can make a load block.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import os
@@ -19,8 +20,8 @@ import stat
 
 from lmserde.l2.contract.head_last import DeferredHead
 
-__all__ = ["EntryKind", "entry_kind", "open_object_file", "read_exact", "write_all",
-           "write_head_last"]
+__all__ = ["EntryKind", "clear_foreign_entry", "entry_kind", "open_object_file", "read_exact",
+           "write_all", "write_head_last"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -44,6 +45,17 @@ def entry_kind(path: str) -> EntryKind:
     if stat.S_ISREG(mode):
         return EntryKind.FILE
     return EntryKind.DIRECTORY if stat.S_ISDIR(mode) else EntryKind.OTHER
+
+
+def clear_foreign_entry(path: str) -> EntryKind:
+    """The kind of entry at ``path`` (see :func:`entry_kind`), removing it first when it is
+    ``OTHER`` — a symlink, FIFO, socket or device is never an object, so a writer replaces it
+    (the kind returned is still ``OTHER``). Directories are left alone."""
+    kind = entry_kind(path)
+    if kind is EntryKind.OTHER:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return kind
 
 
 def open_object_file(path: str) -> int | None:
