@@ -87,6 +87,30 @@ def test_large_buffers_take_the_vector_loop_and_agree(element_size: int) -> None
     assert _merge(parts, element_size, len(data), "simd")[:whole] == data[:whole]
 
 
+@native
+@pytest.mark.parametrize("element_size", [2, 4, 8])
+@pytest.mark.parametrize("offset", [0, 1, 2, 4, 8, 16, 40, 62, 63])
+def test_large_merges_stream_at_any_destination_alignment(element_size: int, offset: int) -> None:
+    """A destination of ``STREAM_MIN_BYTES`` or more is written with non-temporal stores from its
+    first 64-byte line on (the elements before it by the scalar loop; a destination that cannot be
+    line-aligned on an element boundary through the cache): the same bytes at every alignment,
+    and nothing outside the destination's whole elements is written."""
+    from lmserde_zstd import _planes  # type: ignore[attr-defined]
+
+    size = _planes.STREAM_MIN_BYTES + 5 * element_size + 3
+    count = size // element_size
+    rng = np.random.default_rng(offset * 10 + element_size)
+    parts = [rng.integers(0, 256, count, dtype=np.uint8) for _ in range(element_size)]
+    backing = np.full(offset + size + 64, 0xEE, dtype=np.uint8)
+    dst = backing[offset:offset + size]
+    with _path("simd"):
+        assert planes.merge(parts, element_size, dst) == count
+    expected = np.stack(parts, axis=1).reshape(-1)
+    assert np.array_equal(dst[:count * element_size], expected)
+    assert (backing[:offset] == 0xEE).all()
+    assert (backing[offset + count * element_size:] == 0xEE).all()
+
+
 @pytest.mark.parametrize("path", ["numpy", pytest.param("simd", marks=native)])
 def test_short_or_missing_planes_and_bad_element_sizes_raise(path: str) -> None:
     src = np.zeros(64, dtype=np.uint8)

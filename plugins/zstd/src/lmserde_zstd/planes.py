@@ -4,7 +4,10 @@ The native kernel (``lmserde_zstd._planes``, ``csrc/planes.c``: SSE2 on x86-64, 
 elsewhere) is used when it was built; otherwise a torch strided copy (on the same memory, no
 conversion) writes the same bytes, several times slower. ``LMSERDE_ZSTD_NATIVE=0`` (read at
 import) or :func:`set_native_enabled` turns the native kernel off; :func:`native_status` says
-which runs. Element sizes: 1, 2, 4, 8.
+which runs. Element sizes: 1, 2, 4, 8. A native merge into a destination of
+``_planes.STREAM_MIN_BYTES`` (2 MiB) or more writes it with non-temporal stores, from its first
+64-byte cache line on: such a destination does not stay in the cache anyway, and ordinary stores
+would first read every line of it from memory (the measurement is in ``docs/plugins/zstd.md``).
 
 Both functions take ``uint8`` numpy arrays (contiguous) and check every length before a byte
 moves: a call can neither read nor write outside the arrays it is given.
