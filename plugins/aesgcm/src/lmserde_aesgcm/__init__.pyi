@@ -12,6 +12,7 @@ from .errors import FrameFormatError as FrameFormatError
 from .errors import KeyFileError as KeyFileError
 from .errors import KeyProviderError as KeyProviderError
 from .errors import KeyringError as KeyringError
+from .errors import KeyUnavailableError as KeyUnavailableError
 from .errors import UnknownKeyVersionError as UnknownKeyVersionError
 from .errors import UnknownTenantError as UnknownTenantError
 from .hkdf_provider import HKDF_KEY_VERSION as HKDF_KEY_VERSION

@@ -1,9 +1,11 @@
 """Exceptions raised by the aesgcm serde.
 
-Every error is a ``ValueError`` (bad input, per the project's convention). An authentication
-failure is additionally a ``cryptography.exceptions.InvalidTag``, so code written against LMCache's
-aesgcm serde (which lets ``InvalidTag`` escape) keeps working. No message ever contains key
-material.
+Every error about bytes or configuration is a ``ValueError`` (bad input, per the project's
+convention). An authentication failure is additionally a ``cryptography.exceptions.InvalidTag``,
+so code written against LMCache's aesgcm serde (which lets ``InvalidTag`` escape) keeps working.
+The one exception is :class:`KeyUnavailableError`: a decode that could not get its key says
+nothing about the bytes, so it is deliberately *not* a ``ValueError`` (the serde wrapper deletes
+an object only when its decode raises a ``ValueError``). No message ever contains key material.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ __all__ = [
     "UnknownTenantError",
     "UnknownKeyVersionError",
     "KeyProviderError",
+    "KeyUnavailableError",
 ]
 
 
@@ -48,3 +51,17 @@ class UnknownKeyVersionError(KeyringError):
 
 class KeyProviderError(ValueError):
     """A key provider is unknown, misconfigured or returned something unusable."""
+
+
+class KeyUnavailableError(RuntimeError):
+    """A decode could not get the key it needs from the key provider: the provider raised (a KMS
+    that cannot be reached, a cancelled request), returned something unusable, or holds no key
+    for the object's tenant (which comes from the object key, not from the stored bytes).
+
+    The stored bytes were not examined, so this is not a ``ValueError``: behind the stored-object
+    frame the serde wrapper reports a miss and *keeps* the object, which decodes again once the
+    provider is back. (A version-2 frame naming a key version the provider does not hold raises
+    :class:`UnknownKeyVersionError`, a ``ValueError``: the version is read from the bytes, and an
+    object whose key version was retired can never be decoded again.) The provider's own
+    exception is the ``__cause__``.
+    """

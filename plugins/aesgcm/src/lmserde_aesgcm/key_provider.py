@@ -17,7 +17,10 @@ class KeyProvider(ABC):
     Implementations must be thread-safe and fast after warm-up: ``current_version`` is called for
     every frame written (the serde caches derived keys, not versions). Errors are ``ValueError``s
     (``UnknownTenantError``, ``UnknownKeyVersionError``) that never contain key material, and
-    ``repr`` must not reveal it either.
+    ``repr`` must not reveal it either; a provider that cannot reach its backend may raise what
+    its client raises. While decoding, the serde turns every provider failure into
+    ``KeyUnavailableError`` (not a ``ValueError``: the stored object is kept), except an
+    ``UnknownKeyVersionError`` for a version a frame names (the object is then undecodable).
     """
 
     @abstractmethod

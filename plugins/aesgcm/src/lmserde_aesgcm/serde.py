@@ -9,11 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lmserde import Deserializer, MemoryLayoutDesc, MemoryObj, ObjectKey, Serializer
 
 from lmserde_aesgcm import frame_v1, frame_v2
 from lmserde_aesgcm.cipher_cache import CipherCache
-from lmserde_aesgcm.errors import FrameAuthenticationError, FrameFormatError
+from lmserde_aesgcm.errors import (
+    FrameAuthenticationError,
+    FrameFormatError,
+    KeyUnavailableError,
+    UnknownKeyVersionError,
+)
 from lmserde_aesgcm.key_provider import KeyProvider
 
 __all__ = [
@@ -131,6 +137,9 @@ class AesGcmDeserializer(Deserializer):
     with the key version and suite their header names. Any failure (malformed, truncated, unknown
     version, wrong key or tenant, tampered or moved frame) raises and leaves ``dst`` zeroed, so
     unauthenticated plaintext never stays in the destination. Bytes after the frame are ignored.
+    Failures about the bytes raise ``ValueError`` subclasses; a key the provider cannot supply
+    raises :class:`~lmserde_aesgcm.KeyUnavailableError` (a ``RuntimeError``), so that the serde
+    wrapper keeps the object through a key-service outage instead of deleting it.
     """
 
     def __init__(
@@ -163,17 +172,37 @@ class AesGcmDeserializer(Deserializer):
         tenant = key.cache_salt
         if version == frame_v1.VERSION:
             frame_v1.check_frame(frame, len(out))
-            aead = self._ciphers.get(tenant, self._ciphers.current(tenant), self._key_len)
+            aead = self._cipher(tenant, None, self._key_len)
             frame_v1.open_into(aead, frame, out)
         elif version == frame_v2.VERSION:
             header = frame_v2.read_header(frame, len(out))
-            aead = self._ciphers.get(tenant, header.key_version, header.key_len)
+            aead = self._cipher(tenant, header.key_version, header.key_len)
             frame_v2.open_into(aead, header, frame, out, key)
         else:
             raise FrameFormatError(
                 f"aesgcm serde: malformed frame or unknown version: version byte 0x{version:02x} "
                 "(known: 0x01, 0x02)"
             )
+
+    def _cipher(self, tenant: str, version: int | None, key_len: int) -> AESGCM:
+        """The AEAD for ``tenant`` at ``version`` (``None``: the provider's current version).
+
+        Any ``Exception`` from the provider becomes :class:`KeyUnavailableError` (not about the
+        bytes), except :class:`UnknownKeyVersionError` for a version the frame named (it is).
+        """
+        try:
+            current = self._ciphers.current(tenant) if version is None else version
+            return self._ciphers.get(tenant, current, key_len)
+        except UnknownKeyVersionError:
+            if version is None:  # the provider's own current version: not the bytes' doing
+                raise KeyUnavailableError(
+                    f"aesgcm serde: key provider {self._ciphers.provider.describe()} does not "
+                    f"hold its own current key version for tenant {tenant!r}") from None
+            raise
+        except Exception as exc:
+            raise KeyUnavailableError(
+                f"aesgcm serde: no key for tenant {tenant!r} from key provider "
+                f"{self._ciphers.provider.describe()}: {type(exc).__name__}: {exc}") from exc
 
 
 def _auth_failure_message(key: Any) -> str:

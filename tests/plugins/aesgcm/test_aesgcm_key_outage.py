@@ -1,0 +1,138 @@
+"""A key that cannot be had is not a verdict on the bytes.
+
+Behind the stored-object frame, the serde wrapper deletes an object whose decode raises a
+``ValueError`` (the deserializer contract's "these bytes are bad") and keeps it on any other
+failure. A key provider that fails while decoding — a KMS that cannot be reached, a provider
+without the object's tenant, one that returns an unusable secret — says nothing about the stored
+bytes: the deserializer raises ``KeyUnavailableError`` (a ``RuntimeError``), the load misses,
+and the object is still there, and a hit again, once the provider is back. A version-2 frame that
+names a key version the provider does not hold (retired) stays a ``ValueError``: that version is
+read from the bytes and will never come back, so the object is deleted and can be rewritten.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from aesgcm_objects import kv_object, make_key
+from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, TensorMemoryObj
+from lmserde.l1 import L1Manager
+from lmserde.l2 import FSL2Adapter, SerdeL2AdapterWrapper, load_sync, store_sync
+from lmserde.spec import SerdeSizeContract
+from lmserde_aesgcm import (
+    AesGcmDeserializer,
+    AesGcmSerializer,
+    KeyProvider,
+    KeyUnavailableError,
+    UnknownKeyVersionError,
+    UnknownTenantError,
+)
+
+SHAPE = [2, 4, 16, 64]
+LAYOUT = MemoryLayoutDesc([SHAPE], [torch.bfloat16])
+KEYS = [make_key(chunk=bytes([i]) * 32, salt="alice") for i in range(2)]
+SECRET = bytes(range(32))
+
+
+class SwitchableKms(KeyProvider):
+    """One tenant (``alice``) at version ``version``; ``failure`` names how it fails while set."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.failure: str | None = None
+
+    def _fail(self) -> None:
+        if self.failure == "unreachable":
+            raise ConnectionError("KMS endpoint unreachable")
+        if self.failure == "no tenant":
+            raise UnknownTenantError("the KMS lost tenant 'alice'")
+
+    def current_version(self, tenant: str) -> int:
+        self._fail()
+        return self.version
+
+    def root_secret(self, tenant: str, version: int) -> bytes:
+        self._fail()
+        if self.failure == "unusable secret":
+            return b"short"
+        if version != self.version:
+            raise UnknownKeyVersionError(f"version {version} was retired")
+        return SECRET
+
+
+def _wrapper(tmp_path: Path, l1: L1Manager, kms: SwitchableKms,
+             frame_version: int) -> tuple[SerdeL2AdapterWrapper, FSL2Adapter]:
+    inner = FSL2Adapter(tmp_path / "l2")
+    # The deserializer gets its own cipher cache, so that every load asks the provider again
+    # until it has succeeded once (a shared cache would hold the key the store derived).
+    processor = AsyncSerdeProcessor(AesGcmSerializer(kms, frame_version=frame_version),
+                                    AesGcmDeserializer(kms))
+    wrapper = SerdeL2AdapterWrapper(inner, processor, l1, serde_type="aesgcm",
+                                    size_contract=SerdeSizeContract.EXACT)
+    return wrapper, inner
+
+
+def _load(wrapper: SerdeL2AdapterWrapper) -> tuple[list[bool], list[TensorMemoryObj]]:
+    outs = [TensorMemoryObj.allocate(LAYOUT, zero=True) for _ in KEYS]
+    bitmap = load_sync(wrapper, KEYS, outs)
+    return [bitmap.test(i) for i in range(len(KEYS))], outs
+
+
+@pytest.mark.parametrize("frame_version", [1, 2])
+@pytest.mark.parametrize("failure", ["unreachable", "no tenant", "unusable secret"])
+def test_a_provider_failure_while_decoding_keeps_the_objects(
+        failure: str, frame_version: int, tmp_path: Path) -> None:
+    l1 = L1Manager(64 << 20)
+    kms = SwitchableKms()
+    wrapper, inner = _wrapper(tmp_path, l1, kms, frame_version)
+    with wrapper:
+        sources = [kv_object(SHAPE, torch.bfloat16, seed=i) for i in range(len(KEYS))]
+        assert store_sync(wrapper, KEYS, sources).is_successful()
+        kms.failure = failure
+        hits, outs = _load(wrapper)
+        assert hits == [False, False]
+        assert all(int(out.raw_data.count_nonzero()) == 0 for out in outs)  # nothing decoded
+        metrics = wrapper.metrics()
+        assert metrics["rejections"] == {} and metrics["repaired"] == 0
+        assert inner.get_object_sizes(KEYS).keys() == set(KEYS)  # kept through the outage
+        kms.failure = None
+        hits, outs = _load(wrapper)
+        assert hits == [True, True]
+        assert all(torch.equal(out.raw_data, src.raw_data) for out, src in zip(outs, sources))
+
+
+def test_a_retired_key_version_deletes_the_objects_so_they_can_be_rewritten(
+        tmp_path: Path) -> None:
+    l1 = L1Manager(64 << 20)
+    kms = SwitchableKms()
+    wrapper, inner = _wrapper(tmp_path, l1, kms, frame_version=2)
+    with wrapper:
+        sources = [kv_object(SHAPE, torch.bfloat16, seed=i) for i in range(len(KEYS))]
+        assert store_sync(wrapper, KEYS, sources).is_successful()
+        kms.version = 2  # version 1, which the frames name, is gone for good
+        assert _load(wrapper)[0] == [False, False]
+        assert wrapper.metrics()["rejections"] == {"decode": 2}
+        assert inner.get_object_sizes(KEYS) == {}
+        assert store_sync(wrapper, KEYS, sources).bytes_transferred() > 0  # written again
+        assert _load(wrapper)[0] == [True, True]
+
+
+@pytest.mark.parametrize("frame_version", [1, 2])
+def test_the_deserializer_names_the_provider_failure_and_wipes_the_destination(
+        frame_version: int) -> None:
+    kms = SwitchableKms()
+    src = kv_object(SHAPE, torch.bfloat16, seed=3)
+    serializer = AesGcmSerializer(kms, frame_version=frame_version)
+    frame = TensorMemoryObj.from_tensor(
+        torch.empty(serializer.estimate_serialized_size(src.get_layout()), dtype=torch.uint8))
+    frame.set_used_size(serializer.serialize(src, frame, KEYS[0]))
+    kms.failure = "unreachable"
+    dst = TensorMemoryObj.allocate(LAYOUT)
+    dst.raw_data.fill_(0xAA)
+    with pytest.raises(KeyUnavailableError, match="tenant 'alice'.*ConnectionError") as info:
+        AesGcmDeserializer(kms).deserialize(frame, dst, KEYS[0])
+    assert not isinstance(info.value, ValueError)
+    assert isinstance(info.value.__cause__, ConnectionError)
+    assert int(dst.raw_data.count_nonzero()) == 0
