@@ -601,9 +601,29 @@ AVX2_FN static inline __m256i bf16_round_8(__m256 f) { /* 8 floats -> bf16 bits 
     return _mm256_or_si256(r, _mm256_srli_epi32(nan, 16));
 }
 
+/*
+ * Decoded values are written either through the cache or, for a large destination, with
+ * non-temporal ("streaming") stores that skip reading each destination line from memory first
+ * (see decode_row). `stream` is constant for a whole loop; a streaming store needs its address
+ * aligned to its width, which decode_row guarantees by starting the streamed part on a 64-byte line.
+ */
+AVX2_FN static inline void put256(unsigned char *p, __m256i v, int stream) {
+    if (stream)
+        _mm256_stream_si256((__m256i *)(void *)p, v);
+    else
+        _mm256_storeu_si256((__m256i *)(void *)p, v);
+}
+
+AVX2_FN static inline void put128(unsigned char *p, __m128i v, int stream) {
+    if (stream)
+        _mm_stream_si128((__m128i *)(void *)p, v);
+    else
+        _mm_storeu_si128((__m128i *)(void *)p, v);
+}
+
 /* 16 float16 values -> 16 outputs of `kind`, times the scale when one is given */
 AVX2_FN static inline void emit16_from_f16(__m256i h, unsigned char *dst, int kind, int scaled,
-                                           __m256 sv) {
+                                           __m256 sv, int stream) {
     __m256 f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     __m256 f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
     if (scaled) {
@@ -611,14 +631,14 @@ AVX2_FN static inline void emit16_from_f16(__m256i h, unsigned char *dst, int ki
         f1 = _mm256_mul_ps(f1, sv);
     }
     if (kind == KIND_F32) {
-        _mm256_storeu_ps((float *)dst, f0);
-        _mm256_storeu_ps((float *)(dst + 32), f1);
+        put256(dst, _mm256_castps_si256(f0), stream);
+        put256(dst + 32, _mm256_castps_si256(f1), stream);
     } else if (kind == KIND_F16) {
-        _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(f0, _MM_FROUND_TO_NEAREST_INT));
-        _mm_storeu_si128((__m128i *)(dst + 16), _mm256_cvtps_ph(f1, _MM_FROUND_TO_NEAREST_INT));
+        put128(dst, _mm256_cvtps_ph(f0, _MM_FROUND_TO_NEAREST_INT), stream);
+        put128(dst + 16, _mm256_cvtps_ph(f1, _MM_FROUND_TO_NEAREST_INT), stream);
     } else {
         __m256i p = _mm256_packus_epi32(bf16_round_8(f0), bf16_round_8(f1));
-        _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(p, 0xD8));
+        put256(dst, _mm256_permute4x64_epi64(p, 0xD8), stream);
     }
 }
 
@@ -631,7 +651,7 @@ AVX2_FN static inline void emit16_from_f16(__m256i h, unsigned char *dst, int ki
  */
 AVX2_FN static void dec_avx2_shift(const uint8_t *src, int fp8, unsigned char *dst, int kind,
                                    size_t n, const float *scale, const int kind16, const int shift,
-                                   const int direct, int exp_add) {
+                                   const int direct, int exp_add, const int stream) {
     dec_vconsts k = make_dec_vconsts(fp8, kind16);
     const size_t es = kind == KIND_F32 ? 4 : 2;
     const __m256i ebits = _mm256_set1_epi16((short)(exp_add * 128)), mag = _mm256_set1_epi16(0x7FFF);
@@ -649,11 +669,11 @@ AVX2_FN static void dec_avx2_shift(const uint8_t *src, int fp8, unsigned char *d
                 h1 = _mm256_add_epi16(h1, _mm256_andnot_si256(
                     _mm256_cmpeq_epi16(_mm256_and_si256(h1, mag), k.zero), ebits));
             }
-            _mm256_storeu_si256((__m256i *)d, h0);
-            _mm256_storeu_si256((__m256i *)(d + 32), h1);
+            put256(d, h0, stream);
+            put256(d + 32, h1, stream);
         } else {
-            emit16_from_f16(h0, d, kind, scale != NULL, sv);
-            emit16_from_f16(h1, d + 16 * es, kind, scale != NULL, sv);
+            emit16_from_f16(h0, d, kind, scale != NULL, sv, stream);
+            emit16_from_f16(h1, d + 16 * es, kind, scale != NULL, sv, stream);
         }
     }
     if (i < n) dec_scalar(src + i, fp8, dst + i * es, kind, n - i, scale);
@@ -703,7 +723,7 @@ static int scaled_nibbles(int fp8, int kind16, int kind, float scale, uint8_t t[
 }
 
 AVX2_FN static int dec_avx2_scaled16(const uint8_t *src, int fp8, unsigned char *dst, int kind,
-                                     size_t n, float scale) {
+                                     size_t n, float scale, const int stream) {
     uint8_t t[NIB_COUNT][16];
     if (kind == KIND_F32 || !scaled_nibbles(fp8, kind, kind, scale, t)) return 0;
     dec_vconsts k = make_dec_vconsts(fp8, kind);
@@ -719,8 +739,8 @@ AVX2_FN static int dec_avx2_scaled16(const uint8_t *src, int fp8, unsigned char 
         if (!dec32(_mm256_loadu_si256((const __m256i *)(src + i)), &k, 7, &h0, &h1)) {
             dec_scalar(src + i, fp8, d, kind, 32, &scale);
         } else {
-            _mm256_storeu_si256((__m256i *)d, h0);
-            _mm256_storeu_si256((__m256i *)(d + 32), h1);
+            put256(d, h0, stream);
+            put256(d + 32, h1, stream);
         }
     }
     if (i < n) dec_scalar(src + i, fp8, dst + i * 2, kind, n - i, &scale);
@@ -740,21 +760,21 @@ static int bf16_exp_add(const float *scale, int fp8, int *kexp) {
 }
 
 AVX2_FN static void dec_avx2(const uint8_t *src, int fp8, unsigned char *dst, int kind, size_t n,
-                             const float *scale) {
+                             const float *scale, const int stream) {
     int kexp = 0;
     const int f16_direct = kind == KIND_F16 && scale == NULL;
     if (scale != NULL && kind != KIND_F32 && !(kind == KIND_BF16 && bf16_exp_add(scale, fp8, &kexp)) &&
-        dec_avx2_scaled16(src, fp8, dst, kind, n, *scale))
+        dec_avx2_scaled16(src, fp8, dst, kind, n, *scale, stream))
         return;
     if (kind == KIND_BF16 && (scale == NULL || bf16_exp_add(scale, fp8, &kexp))) {
         if (fp8 == FP8_E4M3FN)
-            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 4, 1, kexp);
+            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 4, 1, kexp, stream);
         else
-            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 5, 1, kexp);
+            dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_BF16, 5, 1, kexp, stream);
     } else if (fp8 == FP8_E4M3FN) {
-        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 7, f16_direct, 0);
+        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 7, f16_direct, 0, stream);
     } else {
-        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 8, f16_direct, 0);
+        dec_avx2_shift(src, fp8, dst, kind, n, scale, KIND_F16, 8, f16_direct, 0, stream);
     }
 }
 
@@ -1046,15 +1066,43 @@ static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t 
     enc_scalar(src, kind, dst, n, fp8, scale);
 }
 
+/*
+ * A decode whose destination holds at least STREAM_MIN_BYTES is written with streaming stores:
+ * such a destination does not stay in the caches anyway, and ordinary stores would first read
+ * every destination line from memory (measured on a 32 MiB bf16 destination: 5.7-6.0 GB/s ->
+ * 7.3-10 GB/s). Streaming stores that do not start on a 64-byte line measured twice as slow as
+ * ordinary ones, so each row's elements before its first line boundary go through the cache.
+ * The caller ends a streamed decode with stream_fence(). Same bytes either way.
+ */
+#define STREAM_MIN_BYTES ((size_t)2 << 20)
+
+static int use_stream(size_t out_bytes, int lv) { return lv >= 1 && out_bytes >= STREAM_MIN_BYTES; }
+
+static void stream_fence(int stream) {
+#if FP8_HAVE_AVX2
+    if (stream) _mm_sfence();
+#else
+    (void)stream;
+#endif
+}
+
 static void decode_row(const uint8_t *src, int fp8, unsigned char *dst, int kind, size_t n,
-                       const float *scale, int lv) {
+                       const float *scale, int lv, int stream) {
 #if FP8_HAVE_AVX2
     if (lv >= 1) {
-        dec_avx2(src, fp8, dst, kind, n, scale);
+        const size_t es = elem_size(kind), misalign = (64 - ((uintptr_t)dst & 63)) & 63;
+        if (!stream || misalign % es) {
+            dec_avx2(src, fp8, dst, kind, n, scale, 0);
+            return;
+        }
+        const size_t head = misalign / es < n ? misalign / es : n;
+        if (head) dec_avx2(src, fp8, dst, kind, head, scale, 0);
+        if (head < n) dec_avx2(src + head, fp8, dst + head * es, kind, n - head, scale, 1);
         return;
     }
 #endif
     (void)lv;
+    (void)stream;
     dec_scalar(src, fp8, dst, kind, n, scale);
 }
 
@@ -1116,8 +1164,11 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         len = rows * len;
         rows = len ? 1 : 0;
     }
+    const int stream = use_stream(rows * len * es, lv);
     for (size_t r = 0; r < rows; r++)
-        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scales ? scales + r : NULL, lv);
+        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scales ? scales + r : NULL, lv,
+                   stream);
+    stream_fence(stream);
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -1175,7 +1226,9 @@ static PyObject *py_decode_scaled(PyObject *self, PyObject *args) {
     fpenv env;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    if (n) decode_row(src, fp8, dst, kind, (size_t)n, &scale, lv);
+    const int stream = use_stream((size_t)n * elem_size(kind), lv);
+    if (n) decode_row(src, fp8, dst, kind, (size_t)n, &scale, lv, stream);
+    stream_fence(stream);
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -1318,10 +1371,12 @@ static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
     fpenv env;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
+    const int stream = use_stream(rows * len * es, lv);
     for (size_t r = 0; r < rows; r++) {
         float scale = pow2f(exps[r]);
-        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv);
+        decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv, stream);
     }
+    stream_fence(stream);
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -1362,5 +1417,12 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
             g_simd_level = 2;
     }
 #endif
-    return PyModule_Create(&moddef);
+    PyObject *module = PyModule_Create(&moddef);
+    if (module == NULL) return NULL;
+    /* decodes into at least this many bytes use streaming stores (see decode_row) */
+    if (PyModule_AddIntConstant(module, "STREAM_MIN_BYTES", (long)STREAM_MIN_BYTES) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

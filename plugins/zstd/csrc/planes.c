@@ -350,13 +350,11 @@ PyMODINIT_FUNC PyInit__planes(void) {
     PyObject *module = PyModule_Create(&moddef);
     if (module == NULL) return NULL;
 #if PLANES_HAVE_SSE2
-    const long long stream_min = (long long)STREAM_MIN_BYTES;
+    const long stream_min = (long)STREAM_MIN_BYTES;
 #else
-    const long long stream_min = -1; /* no streaming stores on this build */
+    const long stream_min = -1; /* no streaming stores on this build */
 #endif
-    PyObject *value = PyLong_FromLongLong(stream_min);
-    if (value == NULL || PyModule_AddObject(module, "STREAM_MIN_BYTES", value) < 0) {
-        Py_XDECREF(value);
+    if (PyModule_AddIntConstant(module, "STREAM_MIN_BYTES", stream_min) < 0) {
         Py_DECREF(module);
         return NULL;
     }
