@@ -10,10 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for
-from lmserde import MemoryLayoutDesc
+from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.cli.main import main
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
-from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, scrub_adapter
+from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
+    FSL2Adapter,
+    SerdeL2AdapterWrapper,
+    create_l2_adapter,
+    key_file_name,
+    scrub_adapter,
+)
+from lmserde.spec import SerdeSizeContract
 
 KV = MemoryLayoutDesc([[4, 2, 64]], [torch.bfloat16])
 
@@ -141,3 +150,88 @@ def test_scrub_reports_an_oversized_object_without_reading_it(
             scrub_adapter(wrapper, max_object_bytes=8)
     finally:
         wrapper.close()
+
+
+class _KeyServiceDecoder(IdentityDeserializer):
+    """Raises ``error`` while ``down``: a serde whose key service can fail."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.error: BaseException = ConnectionError("key service unreachable")
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        if self.down:
+            raise self.error
+        super().deserialize(src, dst, key)
+
+
+@pytest.mark.parametrize(("error", "verdict", "deleted"), [
+    (ConnectionError("kms down"), "unverified", 0),  # not about the bytes: kept
+    (ValueError("not a frame of mine"), "decode", 3),  # the serde's verdict on the bytes
+], ids=["outage", "bad bytes"])
+def test_scrub_decode_deletes_only_what_the_wrapper_refuses(
+        error: BaseException, verdict: str, deleted: int, tmp_path: Path, l1: L1Manager,
+        cache: Cache) -> None:
+    """With ``--decode --delete`` during a key-service outage nothing is deleted: a decode that
+    fails for a reason other than the bytes is ``unverified``, not damage."""
+    decoder = _KeyServiceDecoder()
+    inner = FSL2Adapter(tmp_path)
+    wrapper = SerdeL2AdapterWrapper(inner, AsyncSerdeProcessor(IdentitySerializer(), decoder), l1,
+                                    size_contract=SerdeSizeContract.EXACT, repair=False)
+    keys = [key_of(i) for i in range(3)]
+    with wrapper:
+        assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
+        decoder.down, decoder.error = True, error
+        report = scrub_adapter(wrapper, decode=True, delete=True)
+        assert report.verdicts == {verdict: 3}
+        assert report.found_damage == (verdict != "unverified")
+        assert report.deleted == deleted
+        assert len(inner.get_object_sizes(keys)) == 3 - deleted
+        decoder.down = False
+        if not deleted:
+            assert scrub_adapter(wrapper, decode=True).verdicts == {"ok": 3}
+
+
+def test_a_rejection_listener_hears_refused_keys_until_unregistered(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    keys = _fill(tmp_path, l1, cache, n=5)[:3]
+    _damage(tmp_path, keys + [key_of(99)] * 2)  # keys[1]: a flipped payload bit
+
+    class Heard:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, list]] = []
+
+        def on_l2_keys_rejected(self, reason: str, rejected: list) -> None:
+            self.calls.append((reason, rejected))
+
+    heard = Heard()
+    wrapper = create_l2_adapter(_spec(tmp_path), l1, repair=False)
+    try:
+        wrapper.register_listener(heard)
+        assert cache.load(wrapper, keys, KV)[0].to_list() == [True, False, True]
+        assert heard.calls == [("checksum", [keys[1]])]
+        wrapper.unregister_listener(heard)
+        wrapper.unregister_listener(heard)  # a no-op the second time
+        assert cache.load(wrapper, keys, KV)[0].to_list() == [True, False, True]
+        assert len(heard.calls) == 1
+    finally:
+        wrapper.close()
+
+
+def test_scrub_exits_3_when_objects_could_not_be_verified(
+        tmp_path: Path, l1: L1Manager, cache: Cache, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from lmserde.l2.serde import scrub
+
+    keys = _fill(tmp_path, l1, cache, n=2)
+
+    def outage(wrapper: object, **kwargs: object) -> scrub.ScrubReport:
+        report = scrub.ScrubReport()
+        report.add(keys[0], "ok")
+        report.add(keys[1], "unverified")
+        return report
+
+    monkeypatch.setattr(scrub, "scrub_adapter", outage)
+    assert main(["scrub", json.dumps(_spec(tmp_path)), "--decode"]) == 3
+    out = capsys.readouterr().out
+    assert "1 objects could not be verified" in out and "kept" in out

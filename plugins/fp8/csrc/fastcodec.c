@@ -1071,7 +1071,8 @@ static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t 
  * such a destination does not stay in the caches anyway, and ordinary stores would first read
  * every destination line from memory (measured on a 32 MiB bf16 destination: 5.7-6.0 GB/s ->
  * 7.3-10 GB/s). Streaming stores that do not start on a 64-byte line measured twice as slow as
- * ordinary ones, so each row's elements before its first line boundary go through the cache.
+ * ordinary ones, so each row's elements before its first line boundary (fewer than 32: the
+ * scalar loop, which also writes the vector loops' tails) go through the cache.
  * The caller ends a streamed decode with stream_fence(). Same bytes either way.
  */
 #define STREAM_MIN_BYTES ((size_t)2 << 20)
@@ -1095,8 +1096,8 @@ static void decode_row(const uint8_t *src, int fp8, unsigned char *dst, int kind
             dec_avx2(src, fp8, dst, kind, n, scale, 0);
             return;
         }
-        const size_t head = misalign / es < n ? misalign / es : n;
-        if (head) dec_avx2(src, fp8, dst, kind, head, scale, 0);
+        const size_t head = misalign / es < n ? misalign / es : n; /* < 32: no vector block */
+        if (head) dec_scalar(src, fp8, dst, kind, head, scale);
         if (head < n) dec_avx2(src + head, fp8, dst + head * es, kind, n - head, scale, 1);
         return;
     }

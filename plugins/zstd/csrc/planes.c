@@ -12,9 +12,9 @@
  * bytes are the same on every path: an SSE2 kernel (x86-64 baseline: 16 elements per step, built
  * from one 2-way byte de-interleave applied log2(element_size) times) and a portable scalar loop
  * for the remaining elements and for other CPUs. The GIL is released while the bytes move.
- * A merge into a destination of STREAM_MIN_BYTES or more (the module constant of that name; -1
- * when this build has no SSE2) writes it with non-temporal stores: the same bytes, less memory
- * traffic.
+ * A merge by the SSE2 kernel into a destination of STREAM_MIN_BYTES or more (the module constant
+ * of that name; -1 when this build has no SSE2 kernel) writes it with non-temporal stores: the
+ * same bytes, less memory traffic. set_portable(True) runs the scalar loop, which never streams.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -7,7 +7,9 @@ without the object's tenant, one that returns an unusable secret — says nothin
 bytes: the deserializer raises ``KeyUnavailableError`` (a ``RuntimeError``), the load misses,
 and the object is still there, and a hit again, once the provider is back. A version-2 frame that
 names a key version the provider does not hold (retired) stays a ``ValueError``: that version is
-read from the bytes and will never come back, so the object is deleted and can be rewritten.
+read from the bytes and will never come back, so the object is deleted and can be rewritten;
+so is a frame whose version the provider refuses with any other ``ValueError`` (a KMS's "key
+destroyed").
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lmserde_aesgcm import (
     AesGcmDeserializer,
     AesGcmSerializer,
     KeyProvider,
+    KeyProviderError,
     KeyUnavailableError,
     UnknownKeyVersionError,
     UnknownTenantError,
@@ -42,12 +45,15 @@ class SwitchableKms(KeyProvider):
     def __init__(self) -> None:
         self.version = 1
         self.failure: str | None = None
+        self.retired: type[ValueError] = UnknownKeyVersionError
 
     def _fail(self) -> None:
         if self.failure == "unreachable":
             raise ConnectionError("KMS endpoint unreachable")
         if self.failure == "no tenant":
             raise UnknownTenantError("the KMS lost tenant 'alice'")
+        if self.failure == "provider error":
+            raise KeyProviderError("the KMS answered with a malformed key record")
 
     def current_version(self, tenant: str) -> int:
         self._fail()
@@ -58,7 +64,7 @@ class SwitchableKms(KeyProvider):
         if self.failure == "unusable secret":
             return b"short"
         if version != self.version:
-            raise UnknownKeyVersionError(f"version {version} was retired")
+            raise self.retired(f"version {version} was destroyed")
         return SECRET
 
 
@@ -81,7 +87,8 @@ def _load(wrapper: SerdeL2AdapterWrapper) -> tuple[list[bool], list[TensorMemory
 
 
 @pytest.mark.parametrize("frame_version", [1, 2])
-@pytest.mark.parametrize("failure", ["unreachable", "no tenant", "unusable secret"])
+@pytest.mark.parametrize("failure", ["unreachable", "no tenant", "provider error",
+                                     "unusable secret"])
 def test_a_provider_failure_while_decoding_keeps_the_objects(
         failure: str, frame_version: int, tmp_path: Path) -> None:
     l1 = L1Manager(64 << 20)
@@ -103,10 +110,13 @@ def test_a_provider_failure_while_decoding_keeps_the_objects(
         assert all(torch.equal(out.raw_data, src.raw_data) for out, src in zip(outs, sources))
 
 
+@pytest.mark.parametrize("refusal", [UnknownKeyVersionError, ValueError],
+                         ids=["UnknownKeyVersionError", "any ValueError"])
 def test_a_retired_key_version_deletes_the_objects_so_they_can_be_rewritten(
-        tmp_path: Path) -> None:
+        refusal: type[ValueError], tmp_path: Path) -> None:
     l1 = L1Manager(64 << 20)
     kms = SwitchableKms()
+    kms.retired = refusal
     wrapper, inner = _wrapper(tmp_path, l1, kms, frame_version=2)
     with wrapper:
         sources = [kv_object(SHAPE, torch.bfloat16, seed=i) for i in range(len(KEYS))]

@@ -1,7 +1,9 @@
 """``lmserde scrub ADAPTER_SPEC``: verify every stored object of a serde-wrapped L2 adapter.
 
 Exit status: 0 when every object verified, 1 when damage was found (deleted or not), 2 for a bad
-spec or an adapter that cannot be scrubbed.
+spec or an adapter that cannot be scrubbed, 3 when nothing was damaged but some objects could not
+be verified (``--decode`` failed for a reason other than their bytes, e.g. a key service that
+cannot be reached; they are kept).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ if TYPE_CHECKING:  # imported when the command runs: building the parser must no
     from lmserde.l2.serde.scrub import ScrubReport
     from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 
-__all__ = ["add_parser", "run", "EXIT_DAMAGE"]
+__all__ = ["add_parser", "run", "EXIT_DAMAGE", "EXIT_UNVERIFIED"]
 
 EXIT_DAMAGE = 1
 EXIT_USAGE = 2
+EXIT_UNVERIFIED = 3
 #: Progress bars are drawn (on a terminal) from this many objects on.
 _PROGRESS_FROM = 256
 
@@ -32,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scrub", help="verify the stored-object frames of an L2 adapter's objects",
         description="Read every object of an adapter back and verify its stored-object frame "
                     "(format, length, serde config, key binding, checksum); report per reason. "
-                    "Exit status 1 when damage was found.")
+                    "Exit status 1 when damage was found, 3 when some objects could not be "
+                    "verified (their decode failed for a reason other than their bytes).")
     p.add_argument("spec", help="adapter spec as JSON text, or @FILE holding it (the same dict as "
                                 "the L2 adapter config, with its 'serde')")
     p.add_argument("--decode", action="store_true",
@@ -96,6 +100,10 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"deleted {report.deleted} damaged objects")
     elif report.damaged:
         print("run again with --delete to remove the damaged objects (each is a miss anyway)")
+    if report.unverified:
+        print(f"{report.unverified} objects could not be verified: their decode failed for a "
+              "reason other than their bytes (e.g. a key service that cannot be reached); they "
+              "were kept, run again later")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,4 +131,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         wrapper.close()
     _print_report(report, args.json)
-    return EXIT_DAMAGE if report.found_damage else 0
+    if report.found_damage:
+        return EXIT_DAMAGE
+    return EXIT_UNVERIFIED if report.unverified else 0

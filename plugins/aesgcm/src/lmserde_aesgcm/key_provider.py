@@ -17,10 +17,12 @@ class KeyProvider(ABC):
     Implementations must be thread-safe and fast after warm-up: ``current_version`` is called for
     every frame written (the serde caches derived keys, not versions). Errors are ``ValueError``s
     (``UnknownTenantError``, ``UnknownKeyVersionError``) that never contain key material, and
-    ``repr`` must not reveal it either; a provider that cannot reach its backend may raise what
-    its client raises. While decoding, the serde turns every provider failure into
-    ``KeyUnavailableError`` (not a ``ValueError``: the stored object is kept), except an
-    ``UnknownKeyVersionError`` for a version a frame names (the object is then undecodable).
+    ``repr`` must not reveal it either. Raise a ``ValueError`` only for a definite answer ("no
+    such version", "no such tenant"); a backend that cannot be reached should raise what its
+    client raises (``OSError``, ``TimeoutError``, ...). While decoding, the serde turns provider
+    failures into ``KeyUnavailableError`` (the stored object is kept), except a ``ValueError``
+    other than ``UnknownTenantError``/``KeyProviderError`` for a version a frame names: that
+    object can never be decoded and is deleted.
     """
 
     @abstractmethod

@@ -17,8 +17,9 @@ from lmserde_aesgcm.cipher_cache import CipherCache
 from lmserde_aesgcm.errors import (
     FrameAuthenticationError,
     FrameFormatError,
+    KeyProviderError,
     KeyUnavailableError,
-    UnknownKeyVersionError,
+    UnknownTenantError,
 )
 from lmserde_aesgcm.key_provider import KeyProvider
 
@@ -187,22 +188,29 @@ class AesGcmDeserializer(Deserializer):
     def _cipher(self, tenant: str, version: int | None, key_len: int) -> AESGCM:
         """The AEAD for ``tenant`` at ``version`` (``None``: the provider's current version).
 
-        Any ``Exception`` from the provider becomes :class:`KeyUnavailableError` (not about the
-        bytes), except :class:`UnknownKeyVersionError` for a version the frame named (it is).
+        A failure to get the key is :class:`KeyUnavailableError` (not about the bytes) except
+        when ``version`` was read from a frame and the provider refused it with a ``ValueError``
+        other than ``UnknownTenantError`` or ``KeyProviderError``: the provider does not hold that
+        version (``UnknownKeyVersionError``, a KMS's "key destroyed"), which is the bytes' doing
+        and will not change, so it propagates and the object is deleted.
         """
         try:
             current = self._ciphers.current(tenant) if version is None else version
             return self._ciphers.get(tenant, current, key_len)
-        except UnknownKeyVersionError:
+        except (UnknownTenantError, KeyProviderError) as exc:
+            # the tenant comes from the object key; an unusable answer is the provider's fault
+            raise self._unavailable(tenant, exc) from exc
+        except ValueError as exc:
             if version is None:  # the provider's own current version: not the bytes' doing
-                raise KeyUnavailableError(
-                    f"aesgcm serde: key provider {self._ciphers.provider.describe()} does not "
-                    f"hold its own current key version for tenant {tenant!r}") from None
+                raise self._unavailable(tenant, exc) from exc
             raise
-        except Exception as exc:
-            raise KeyUnavailableError(
-                f"aesgcm serde: no key for tenant {tenant!r} from key provider "
-                f"{self._ciphers.provider.describe()}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a KMS that cannot be reached, a cancelled request, ...
+            raise self._unavailable(tenant, exc) from exc
+
+    def _unavailable(self, tenant: str, exc: Exception) -> KeyUnavailableError:
+        return KeyUnavailableError(
+            f"aesgcm serde: no key for tenant {tenant!r} from key provider "
+            f"{self._ciphers.provider.describe()}: {type(exc).__name__}: {exc}")
 
 
 def _auth_failure_message(key: Any) -> str:

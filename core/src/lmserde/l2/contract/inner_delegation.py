@@ -94,5 +94,8 @@ class InnerAdapterDelegation:
     def register_listener(self, listener: Any) -> None:
         self._inner.register_listener(listener)
 
+    def unregister_listener(self, listener: Any) -> None:
+        self._inner.unregister_listener(listener)
+
     def set_backend_identity(self, name: str, shared: bool = False) -> None:
         self._inner.set_backend_identity(name, shared)

@@ -195,6 +195,13 @@ class L2AdapterInterface(ABC):
         """
         self._listeners.append(listener)
 
+    def unregister_listener(self, listener: Any) -> None:
+        """Remove ``listener`` (the same object :meth:`register_listener` got); no-op if absent."""
+        for i, known in enumerate(self._listeners):
+            if known is listener:
+                del self._listeners[i]
+                return
+
     def get_usage(self) -> AdapterUsage:
         """Bytes stored (in total and per cache salt) and the capacity; a consistent snapshot."""
         with self._accounting_lock:

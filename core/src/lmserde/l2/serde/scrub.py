@@ -3,7 +3,9 @@
 Each object listed by the inner adapter (``list_l2_keys``) is read back raw and its frame is
 checked (format, length, config, key, checksum) against the wrapper's serde configuration; with
 ``decode`` the objects that pass are also decoded through the wrapper's normal load path into
-scratch objects of the layout the frame records. Nothing is deleted unless ``delete`` is set.
+scratch objects of the layout the frame records: a decode the wrapper refuses is damage (the
+reason it gave, usually ``decode``), one that fails for another reason (a key service that
+cannot be reached) is ``unverified``, not damage. Nothing is deleted unless ``delete`` is set.
 An object larger than ``max_object_bytes`` is not read (a buffer of its size is never
 allocated): it is reported as ``length`` damage, as no KV chunk is that large.
 """
@@ -37,10 +39,13 @@ DEFAULT_MAX_OBJECT_BYTES = 4 << 30
 
 _log = logging.getLogger(__name__)
 
-#: What a key can end as: ``ok``, a reject reason, ``missing`` (listed, then gone) or
+#: What a key can end as: ``ok``, a reject reason, ``missing`` (listed, then gone),
 #: ``undecoded`` (frame fine, but its layout is stored as a digest: neither the layout check nor
-#: a decode is possible offline).
+#: a decode is possible offline) or ``unverified`` (frame fine, but the decode failed for a reason
+#: other than the bytes, e.g. a key service that cannot be reached: not damage, never deleted).
 Verdict = str
+#: Verdicts that are not damage.
+_NOT_DAMAGE = frozenset({"ok", "missing", "undecoded", "unverified"})
 
 
 @dataclass
@@ -60,10 +65,15 @@ class ScrubReport:
     def found_damage(self) -> bool:
         return bool(self.damaged)
 
+    @property
+    def unverified(self) -> int:
+        """Objects whose decode failed for a reason other than their bytes (kept, not damage)."""
+        return self.verdicts.get("unverified", 0)
+
     def add(self, key: ObjectKey, verdict: Verdict) -> None:
         self.scanned += 1
         self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
-        if verdict not in ("ok", "missing", "undecoded"):
+        if verdict not in _NOT_DAMAGE:
             self.damaged.append(key)
 
     def as_dict(self) -> dict[str, Any]:
@@ -106,12 +116,26 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     return ("ok", layout) if layout is not None else ("undecoded", None)
 
 
+class _Rejections:
+    """Listener recording the reason the wrapper refused each key (``on_l2_keys_rejected``)."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[ObjectKey, str] = {}
+
+    def on_l2_keys_rejected(self, reason: str, keys: list[ObjectKey]) -> None:
+        for key in keys:
+            self.reasons[key] = reason
+
+
 def _decode(wrapper: SerdeL2AdapterWrapper, keys: list[ObjectKey],
-            layouts: list[MemoryLayoutDesc]) -> list[bool]:
-    """Decode ``keys`` through the wrapper's load path into scratch objects; hit per key."""
+            layouts: list[MemoryLayoutDesc], rejections: _Rejections) -> list[Verdict]:
+    """Decode ``keys`` through the wrapper's load path into scratch objects: ``ok`` for a hit,
+    the reason the wrapper refused a key for, or ``unverified`` for a miss it did not refuse (the
+    serde failed for a reason other than the bytes: the wrapper keeps such objects)."""
     dsts = [TensorMemoryObj.allocate(layout) for layout in layouts]
     bitmap = load_sync(wrapper, keys, dsts)
-    return [bitmap.test(i) for i in range(len(keys))]
+    return ["ok" if bitmap.test(i) else rejections.reasons.pop(key, "unverified")
+            for i, key in enumerate(keys)]
 
 
 def scrub_adapter(
@@ -128,8 +152,9 @@ def scrub_adapter(
 
     Needs a framing wrapper over an adapter that reports object sizes. ``on_progress(n)`` is
     called after each batch with the number of keys it held. With ``delete`` the damaged keys are
-    deleted from the inner adapter (``report.deleted``). Objects over ``max_object_bytes`` are
-    ``length`` damage, unread.
+    deleted from the inner adapter (``report.deleted``); ``unverified`` objects (a decode that
+    failed for a reason other than the bytes) are never deleted. Objects over
+    ``max_object_bytes`` are ``length`` damage, unread.
     """
     if wrapper.framer is None:
         raise ValueError("scrub needs framed objects: this adapter stores raw serde bytes "
@@ -143,10 +168,16 @@ def scrub_adapter(
                          f"got {max_object_bytes}")
     listed = list(wrapper.list_l2_keys() if keys is None else keys)
     report = ScrubReport()
-    for start in range(0, len(listed), batch):
-        _scrub_batch(wrapper, listed[start:start + batch], report, decode, max_object_bytes)
-        if on_progress is not None:
-            on_progress(len(listed[start:start + batch]))
+    rejections = _Rejections()
+    wrapper.register_listener(rejections)
+    try:
+        for start in range(0, len(listed), batch):
+            _scrub_batch(wrapper, listed[start:start + batch], report, decode, max_object_bytes,
+                         rejections)
+            if on_progress is not None:
+                on_progress(len(listed[start:start + batch]))
+    finally:
+        wrapper.unregister_listener(rejections)
     if delete and report.damaged:
         wrapper.inner_adapter.delete(report.damaged)
         report.deleted = len(report.damaged)
@@ -154,7 +185,7 @@ def scrub_adapter(
 
 
 def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], report: ScrubReport,
-                 decode: bool, max_object_bytes: int) -> None:
+                 decode: bool, max_object_bytes: int, rejections: _Rejections) -> None:
     sizes = wrapper.stored_sizes(keys)
     to_decode: list[tuple[ObjectKey, MemoryLayoutDesc]] = []
     for key in keys:
@@ -173,6 +204,7 @@ def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], repo
             continue
         report.add(key, verdict)
     if to_decode:
-        oks = _decode(wrapper, [k for k, _ in to_decode], [lay for _, lay in to_decode])
-        for (key, _layout), ok in zip(to_decode, oks):
-            report.add(key, "ok" if ok else "decode")
+        verdicts = _decode(wrapper, [k for k, _ in to_decode], [lay for _, lay in to_decode],
+                           rejections)
+        for (key, _layout), verdict in zip(to_decode, verdicts):
+            report.add(key, verdict)

@@ -155,7 +155,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     need a processor that :attr:`~lmserde.SerdeProcessor.reports_item_outcomes`; other
     processors fail the whole batch).
     A rejected key is deleted from ``inner`` (self-repair: the next store writes it again) unless
-    ``repair=False`` (``lmserde scrub`` without ``--delete`` looks without touching).
+    ``repair=False`` (``lmserde scrub`` without ``--delete`` looks without touching). Listeners
+    are registered on ``inner`` (they hear its stored, accessed and deleted keys); one that also
+    has ``on_l2_keys_rejected(reason, keys)`` hears the keys this wrapper refuses, before they are
+    deleted. A key that misses without being refused (a decode that failed for a reason other
+    than its bytes) is kept and not reported there.
 
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
@@ -755,9 +759,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         return True
 
     def _reject(self, task: _Task, reason: str, keys: list[ObjectKey]) -> None:
-        """Count ``keys`` as refused for ``reason`` and delete them from the inner adapter."""
+        """Count ``keys`` as refused for ``reason``, tell the listeners and delete the keys from
+        the inner adapter."""
         task.rejected[reason] = task.rejected.get(reason, 0) + len(keys)
         self._metrics.record_rejection(reason, len(keys))
+        self._call_listeners("on_l2_keys_rejected", reason, list(keys))
         if not self._repair:
             return
         try:
@@ -880,6 +886,17 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._queues.load.complete(task.task_id, bitmap)
 
     # -- pass-through ---------------------------------------------------------------------------
+
+    def register_listener(self, listener: Any) -> None:
+        """Register ``listener`` on the inner adapter (stored, accessed and deleted keys); if it
+        has ``on_l2_keys_rejected(reason, keys)``, it also hears the keys this wrapper refuses."""
+        self._inner.register_listener(listener)
+        self._listeners.append(listener)
+
+    def unregister_listener(self, listener: Any) -> None:
+        """Undo :meth:`register_listener`; no-op for a listener that is not registered."""
+        self._inner.unregister_listener(listener)
+        L2AdapterInterface.unregister_listener(self, listener)  # the rejection listeners
 
     def _count_outcome(self, operation: str, ok: bool) -> None:
         with self._lock:
