@@ -130,12 +130,19 @@ class _Rejections:
 def _decode(wrapper: SerdeL2AdapterWrapper, keys: list[ObjectKey],
             layouts: list[MemoryLayoutDesc], rejections: _Rejections) -> list[Verdict]:
     """Decode ``keys`` through the wrapper's load path into scratch objects: ``ok`` for a hit,
-    the reason the wrapper refused a key for, or ``unverified`` for a miss it did not refuse (the
-    serde failed for a reason other than the bytes: the wrapper keeps such objects)."""
+    the reason the wrapper refused a key for, ``missing`` for an object gone since its frame was
+    checked, or ``unverified`` for another miss (the serde failed for a reason other than the
+    bytes: the wrapper keeps such objects)."""
     dsts = [TensorMemoryObj.allocate(layout) for layout in layouts]
     bitmap = load_sync(wrapper, keys, dsts)
-    return ["ok" if bitmap.test(i) else rejections.reasons.pop(key, "unverified")
-            for i, key in enumerate(keys)]
+    verdicts = ["ok" if bitmap.test(i) else rejections.reasons.pop(key, "unverified")
+                for i, key in enumerate(keys)]
+    unverified = [key for key, verdict in zip(keys, verdicts) if verdict == "unverified"]
+    if unverified:  # an object deleted since its frame was checked is missing, not unverified
+        still = wrapper.stored_sizes(unverified)
+        verdicts = [("missing" if key not in still else verdict) if verdict == "unverified"
+                    else verdict for key, verdict in zip(keys, verdicts)]
+    return verdicts
 
 
 def scrub_adapter(
