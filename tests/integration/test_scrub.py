@@ -235,3 +235,30 @@ def test_scrub_exits_3_when_objects_could_not_be_verified(
     assert main(["scrub", json.dumps(_spec(tmp_path)), "--decode"]) == 3
     out = capsys.readouterr().out
     assert "1 objects could not be verified" in out and "kept" in out
+
+
+def test_an_object_gone_between_its_frame_check_and_its_decode_is_missing(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    class VanishingFS(FSL2Adapter):
+        """Another process deletes each object after scrub read its frame, before the decode."""
+
+        def __init__(self, base: Path) -> None:
+            super().__init__(base)
+            self.loads: dict[ObjectKey, int] = {}
+
+        def submit_load_task(self, keys, objects):  # type: ignore[no-untyped-def]
+            for key in keys:
+                self.loads[key] = self.loads.get(key, 0) + 1
+            gone = [key for key in keys if self.loads[key] == 2]
+            if gone:
+                self.delete(gone)
+            return super().submit_load_task(keys, objects)
+
+    keys = [key_of(i) for i in range(2)]
+    wrapper = SerdeL2AdapterWrapper(VanishingFS(tmp_path),
+                                    AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer()),
+                                    l1, size_contract=SerdeSizeContract.EXACT, repair=False)
+    with wrapper:
+        assert cache.store(wrapper, keys, objects_for(KV, 2)).is_successful()
+        report = scrub_adapter(wrapper, keys=keys, decode=True)
+    assert report.verdicts == {"missing": 2} and not report.found_damage
