@@ -1079,6 +1079,10 @@ static void encode_row(const unsigned char *src, int kind, uint8_t *dst, size_t 
 
 static int use_stream(size_t out_bytes, int lv) { return lv >= 1 && out_bytes >= STREAM_MIN_BYTES; }
 
+/* Decode calls whose destination was large enough for streaming stores, for the tests (counted
+ * with the GIL held). */
+static unsigned long long g_streamed_decodes = 0;
+
 static void stream_fence(int stream) {
 #if FP8_HAVE_AVX2
     if (stream) _mm_sfence();
@@ -1159,13 +1163,14 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
     int lv = effective_level(level);
     fpenv env;
+    const int stream = use_stream(rows * len * es, lv);
+    if (stream) g_streamed_decodes++;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
     if (scales == NULL) {
         len = rows * len;
         rows = len ? 1 : 0;
     }
-    const int stream = use_stream(rows * len * es, lv);
     for (size_t r = 0; r < rows; r++)
         decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scales ? scales + r : NULL, lv,
                    stream);
@@ -1225,9 +1230,10 @@ static PyObject *py_decode_scaled(PyObject *self, PyObject *args) {
     unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
     int lv = effective_level(level);
     fpenv env;
+    const int stream = use_stream((size_t)n * elem_size(kind), lv);
+    if (stream) g_streamed_decodes++;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    const int stream = use_stream((size_t)n * elem_size(kind), lv);
     if (n) decode_row(src, fp8, dst, kind, (size_t)n, &scale, lv, stream);
     stream_fence(stream);
     fpenv_leave(&env);
@@ -1370,9 +1376,10 @@ static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
     }
     int lv = effective_level(level);
     fpenv env;
+    const int stream = use_stream(rows * len * es, lv);
+    if (stream) g_streamed_decodes++;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    const int stream = use_stream(rows * len * es, lv);
     for (size_t r = 0; r < rows; r++) {
         float scale = pow2f(exps[r]);
         decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv, stream);
@@ -1383,6 +1390,12 @@ static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_streamed_decodes(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(g_streamed_decodes);
+}
+
 static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
@@ -1390,6 +1403,9 @@ static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
 }
 
 static PyMethodDef methods[] = {
+    {"streamed_decodes", py_streamed_decodes, METH_NOARGS,
+     "streamed_decodes() -> int: decode calls so far whose destination was large enough for\n"
+     "streaming stores (STREAM_MIN_BYTES, on an AVX2 level)"},
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {"decode", py_decode, METH_VARARGS, decode_doc},
     {"absmax", py_absmax, METH_VARARGS, absmax_doc},

@@ -184,9 +184,9 @@ static size_t merge_sse2_stream(const uint8_t *const *pl, size_t n, size_t es, u
     return i;
 }
 
-static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst) {
+static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst, int stream) {
     if (es != 2 && es != 4 && es != 8) return 0;
-    if (n * es >= STREAM_MIN_BYTES) return merge_sse2_stream(pl, n, es, dst);
+    if (stream) return merge_sse2_stream(pl, n, es, dst);
     return merge_sse2_cached(pl, n, es, dst);
 }
 #endif
@@ -207,14 +207,30 @@ static void do_split(const uint8_t *src, size_t n, size_t es, uint8_t *const *pl
     split_scalar(src, n, es, planes, done);
 }
 
-static void do_merge(const uint8_t *const *planes, size_t n, size_t es, uint8_t *dst) {
+/* Merges whose destination was large enough to stream (STREAM_MIN_BYTES, SSE2 kernel), for the
+ * tests; counted with the GIL held. */
+static unsigned long long g_streamed_merges = 0;
+
+static int stream_wanted(size_t n, size_t es) {
+#if PLANES_HAVE_SSE2
+    return !g_portable_only && es != 1 && n * es >= STREAM_MIN_BYTES;
+#else
+    (void)n;
+    (void)es;
+    return 0;
+#endif
+}
+
+static void do_merge(const uint8_t *const *planes, size_t n, size_t es, uint8_t *dst, int stream) {
     size_t done = 0;
     if (es == 1) {
         if (n) memcpy(dst, planes[0], n);
         return;
     }
 #if PLANES_HAVE_SSE2
-    if (!g_portable_only) done = merge_sse2(planes, n, es, dst);
+    if (!g_portable_only) done = merge_sse2(planes, n, es, dst, stream);
+#else
+    (void)stream;
 #endif
     merge_scalar(planes, n, es, dst, done);
 }
@@ -310,8 +326,10 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
         return NULL;
     }
     for (int p = 0; p < es; p++) planes[p] = (const uint8_t *)views[p].buf;
+    const int stream = stream_wanted(n, (size_t)es);
+    if (stream) g_streamed_merges++;
     Py_BEGIN_ALLOW_THREADS
-    do_merge(planes, n, (size_t)es, (uint8_t *)dst.buf);
+    do_merge(planes, n, (size_t)es, (uint8_t *)dst.buf, stream);
     Py_END_ALLOW_THREADS
     for (int p = 0; p < es; p++) PyBuffer_Release(&views[p]);
     PyBuffer_Release(&dst);
@@ -326,6 +344,12 @@ static PyObject *py_set_portable(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *py_streamed_merges(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(g_streamed_merges);
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
@@ -335,6 +359,9 @@ static PyObject *py_simd(PyObject *self, PyObject *noargs) {
 static PyMethodDef methods[] = {
     {"split", py_split, METH_VARARGS, split_doc},
     {"merge", py_merge, METH_VARARGS, merge_doc},
+    {"streamed_merges", py_streamed_merges, METH_NOARGS,
+     "streamed_merges() -> int: merges so far whose destination was large enough for\n"
+     "non-temporal stores (STREAM_MIN_BYTES, on the SSE2 kernel)"},
     {"set_portable", py_set_portable, METH_O,
      "set_portable(flag): True runs the portable scalar loop only (tests compare both paths)."},
     {"simd", py_simd, METH_NOARGS, "The kernel in use: 'sse2' or 'scalar'."},

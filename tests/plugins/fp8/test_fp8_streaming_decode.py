@@ -10,9 +10,12 @@ decode like the torch codec, and the bytes around the destination are never writ
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 import torch
 from fp8_support import FLOAT_DTYPES, FP8_DTYPES, NATIVE_BUILT
+from lmserde_fp8 import kernel
 from lmserde_fp8.codec import decode, decode_pow2
 from lmserde_fp8.float_buffer import FloatBuffer
 from lmserde_fp8.formats import fp8_format
@@ -47,10 +50,10 @@ def _decode_into(codes: torch.Tensor, target: torch.Tensor, dtype: torch.dtype, 
     decode(codes, out, fmt, scales, backend=backend)  # type: ignore[arg-type]
 
 
-def _stream_min_bytes() -> int:
+def _native() -> ModuleType:
     from lmserde_fp8 import _fastcodec  # type: ignore[attr-defined]
 
-    return int(_fastcodec.STREAM_MIN_BYTES)
+    return _fastcodec
 
 
 @pytest.mark.parametrize("scaling", SCALINGS)
@@ -59,14 +62,29 @@ def _stream_min_bytes() -> int:
 @pytest.mark.parametrize("offset", [0, 2, 36, 63])
 def test_large_decodes_match_torch_at_any_destination_offset(
         offset: int, dtype: torch.dtype, fp8: torch.dtype, scaling: str) -> None:
-    n = _stream_min_bytes() // dtype.itemsize + ROWS * 3  # over the threshold, whole rows
+    n = _native().STREAM_MIN_BYTES // dtype.itemsize + ROWS * 3  # over the threshold, whole rows
     n -= n % ROWS
     codes = _codes(n)
     size = n * dtype.itemsize
     streamed = torch.full((offset + size + 64,), FILL, dtype=torch.uint8)
+    calls = _native().streamed_decodes()
     _decode_into(codes, streamed[offset:offset + size], dtype, fp8, scaling, "native")
+    if kernel.simd_level() >= 1:
+        assert _native().streamed_decodes() == calls + 1  # the streaming path ran
     reference = torch.full((size,), FILL, dtype=torch.uint8)
     _decode_into(codes, reference, dtype, fp8, scaling, "torch")
     assert torch.equal(streamed[offset:offset + size], reference)
     assert bool((streamed[:offset] == FILL).all())
     assert bool((streamed[offset + size:] == FILL).all())
+
+
+def test_small_decodes_and_the_portable_level_do_not_stream() -> None:
+    codes = _codes(1024)
+    calls = _native().streamed_decodes()
+    out = torch.empty(1024, dtype=torch.bfloat16)
+    decode(codes, FloatBuffer.of_tensor(out), fp8_format(torch.float8_e4m3fn), backend="native")
+    n = _native().STREAM_MIN_BYTES
+    big = torch.empty(n, dtype=torch.uint8)
+    decode(_codes(n // 2), FloatBuffer.of_bytes(big, torch.bfloat16),
+           fp8_format(torch.float8_e4m3fn), backend="portable")
+    assert _native().streamed_decodes() == calls
