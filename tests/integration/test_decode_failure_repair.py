@@ -16,34 +16,22 @@ from pathlib import Path
 import pytest
 import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for
-from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, MemoryObj, ObjectKey
-from lmserde.identity import IdentityDeserializer, IdentitySerializer
+from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc
+from lmserde.identity import IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FSL2Adapter, SerdeL2AdapterWrapper
 from lmserde.l2.serde.wrapper import UNHEALTHY_AFTER_FAILURES
 from lmserde.spec import SerdeSizeContract
+from toy_serdes import OutageDeserializer
 
 KV = MemoryLayoutDesc([[8, 2, 16]], [torch.float16])
-
-
-class _Outage(IdentityDeserializer):
-    """Raises ``error`` while ``down`` (a key service, a network decoder...)."""
-
-    def __init__(self) -> None:
-        self.down = False
-        self.error: BaseException = ConnectionError("key service unreachable")
-
-    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
-        if self.down:
-            raise self.error
-        super().deserialize(src, dst, key)
 
 
 class _NoOutcomes(AsyncSerdeProcessor):
     reports_item_outcomes = False
 
 
-def _wrapper(tmp_path: Path, l1: L1Manager, deserializer: _Outage, *, frame: bool = True,
+def _wrapper(tmp_path: Path, l1: L1Manager, deserializer: OutageDeserializer, *, frame: bool = True,
              outcomes: bool = True) -> tuple[SerdeL2AdapterWrapper, FSL2Adapter]:
     inner = FSL2Adapter(tmp_path)
     kind = AsyncSerdeProcessor if outcomes else _NoOutcomes
@@ -58,7 +46,7 @@ def _wrapper(tmp_path: Path, l1: L1Manager, deserializer: _Outage, *, frame: boo
                               "MemoryError"])
 def test_a_failure_that_is_not_about_the_bytes_keeps_the_object(
         error: BaseException, tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
-    deserializer = _Outage()
+    deserializer = OutageDeserializer()
     deserializer.error = error
     wrapper, inner = _wrapper(tmp_path, l1, deserializer)
     with wrapper:
@@ -86,7 +74,7 @@ def test_a_failure_that_is_not_about_the_bytes_keeps_the_object(
 ], ids=["framed ValueError", "unframed, any error"])
 def test_a_decode_that_condemns_the_bytes_deletes_the_object(
         frame: bool, error: BaseException, tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
-    deserializer = _Outage()
+    deserializer = OutageDeserializer()
     deserializer.error = error
     wrapper, inner = _wrapper(tmp_path, l1, deserializer, frame=frame)
     with wrapper:
@@ -104,7 +92,7 @@ def test_a_decode_that_condemns_the_bytes_deletes_the_object(
 def test_a_processor_without_item_outcomes_never_condemns_a_whole_batch(
         tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
     """It only says that the task failed, not which object: none of them is deleted."""
-    deserializer = _Outage()
+    deserializer = OutageDeserializer()
     deserializer.error = ValueError("bad bytes, but which object?")
     wrapper, inner = _wrapper(tmp_path, l1, deserializer, outcomes=False)
     with wrapper:

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for
-from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, MemoryObj, ObjectKey
+from lmserde import (
+    AsyncSerdeProcessor,
+    MemoryLayoutDesc,
+    ObjectKey,
+    create_serde_processor,
+)
 from lmserde.cli.main import main
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
@@ -23,6 +28,7 @@ from lmserde.l2 import (
     scrub_adapter,
 )
 from lmserde.spec import SerdeSizeContract
+from toy_serdes import OutageDeserializer
 
 KV = MemoryLayoutDesc([[4, 2, 64]], [torch.bfloat16])
 
@@ -152,19 +158,6 @@ def test_scrub_reports_an_oversized_object_without_reading_it(
         wrapper.close()
 
 
-class _KeyServiceDecoder(IdentityDeserializer):
-    """Raises ``error`` while ``down``: a serde whose key service can fail."""
-
-    def __init__(self) -> None:
-        self.down = False
-        self.error: BaseException = ConnectionError("key service unreachable")
-
-    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
-        if self.down:
-            raise self.error
-        super().deserialize(src, dst, key)
-
-
 @pytest.mark.parametrize(("error", "verdict", "deleted"), [
     (ConnectionError("kms down"), "unverified", 0),  # not about the bytes: kept
     (ValueError("not a frame of mine"), "decode", 3),  # the serde's verdict on the bytes
@@ -174,7 +167,7 @@ def test_scrub_decode_deletes_only_what_the_wrapper_refuses(
         cache: Cache) -> None:
     """With ``--decode --delete`` during a key-service outage nothing is deleted: a decode that
     fails for a reason other than the bytes is ``unverified``, not damage."""
-    decoder = _KeyServiceDecoder()
+    decoder = OutageDeserializer()
     inner = FSL2Adapter(tmp_path)
     wrapper = SerdeL2AdapterWrapper(inner, AsyncSerdeProcessor(IdentitySerializer(), decoder), l1,
                                     size_contract=SerdeSizeContract.EXACT, repair=False)
@@ -262,3 +255,34 @@ def test_an_object_gone_between_its_frame_check_and_its_decode_is_missing(
         assert cache.store(wrapper, keys, objects_for(KV, 2)).is_successful()
         report = scrub_adapter(wrapper, keys=keys, decode=True)
     assert report.verdicts == {"missing": 2} and not report.found_damage
+
+
+def test_scrub_decodes_in_groups_that_fit_l1_and_skips_what_cannot(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    keys = _fill(tmp_path, l1, cache, n=6)
+    need = KV.nbytes + FRAME_HEADER_BYTES
+    for capacity, verdicts in ((need * 2 + need // 2, {"ok": 6}),  # 3 groups of 2
+                               (need - 1, {"unverified": 6})):  # no object fits
+        wrapper = create_l2_adapter(_spec(tmp_path), L1Manager(capacity), repair=False)
+        try:
+            report = scrub_adapter(wrapper, keys=keys, decode=True, delete=True)
+        finally:
+            wrapper.close()
+        assert report.verdicts == verdicts and report.deleted == 0
+
+
+def test_an_adapter_that_cannot_say_sizes_leaves_objects_unverified(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    class SizelessFS(FSL2Adapter):
+        def get_object_sizes(self, keys):  # type: ignore[no-untyped-def]
+            raise OSError(5, "EIO")
+
+    keys = _fill(tmp_path, l1, cache, n=3)
+    sizeless = SerdeL2AdapterWrapper(SizelessFS(tmp_path), create_serde_processor({"type": "identity"}),
+                                     l1, repair=False)
+    try:
+        report = scrub_adapter(sizeless, keys=keys, delete=True)
+    finally:
+        sizeless.close()
+    assert report.verdicts == {"unverified": 3} and report.deleted == 0
+    assert all((tmp_path / key_file_name(key)).exists() for key in keys)

@@ -8,6 +8,9 @@ Each exists to exercise one property of the wrapper:
 * ``t_zlib``: lossless, UPPER_BOUND. u64 length then zlib data: output size varies with content.
 * ``t_kv3``: multi-output, EXACT. Three slots mapped to parent groups ``(0, None, 1)``: K, an
   absent optional slot, V. Frame: 3 presence bytes, 3 u64 lengths, then the present payloads.
+
+Not registered: :class:`OutageDeserializer`, the identity decoder of a serde whose key service
+can fail.
 """
 
 from __future__ import annotations
@@ -31,6 +34,20 @@ from lmserde import (
     as_byte_tensor,
     max_workers_option,
 )
+from lmserde.identity import IdentityDeserializer
+
+
+class OutageDeserializer(IdentityDeserializer):
+    """Raises ``error`` while ``down`` (a key service, a network decoder...)."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.error: BaseException = ConnectionError("key service unreachable")
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        if self.down:
+            raise self.error
+        super().deserialize(src, dst, key)
 
 
 def _group_views(obj: MemoryObj) -> list[tuple[torch.Tensor, torch.dtype, torch.Size]]:

@@ -169,10 +169,16 @@ static size_t merge_sse2_cached(const uint8_t *const *pl, size_t n, size_t es, u
     return done;
 }
 
+/* Whether some element of dst starts a 64-byte cache line. */
+static int can_stream(size_t es, const uint8_t *dst) {
+    return ((64 - ((uintptr_t)dst & 63)) & 63) % es == 0;
+}
+
 /* Non-temporal stores, upwards from the first element whose destination starts a 64-byte cache
  * line (the elements before it are merged by the scalar loop). Streaming stores that do not start
  * on a line boundary measured twice as slow as ordinary ones, so a destination that cannot be
- * line-aligned on an element boundary takes the cached path. Returns the elements done from 0. */
+ * line-aligned on an element boundary takes the cached path (stream_wanted checks it first; the
+ * check here keeps the function safe on its own). Returns the elements done from 0. */
 static size_t merge_sse2_stream(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst) {
     const size_t misalign = (64 - ((uintptr_t)dst & 63)) & 63;
     if (misalign % es) return merge_sse2_cached(pl, n, es, dst);
@@ -184,6 +190,7 @@ static size_t merge_sse2_stream(const uint8_t *const *pl, size_t n, size_t es, u
     return i;
 }
 
+/* `stream`: from stream_wanted (large enough, and dst can be line-aligned on an element). */
 static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst, int stream) {
     if (es != 2 && es != 4 && es != 8) return 0;
     if (stream) return merge_sse2_stream(pl, n, es, dst);
@@ -207,16 +214,16 @@ static void do_split(const uint8_t *src, size_t n, size_t es, uint8_t *const *pl
     split_scalar(src, n, es, planes, done);
 }
 
-/* Merges whose destination was large enough to stream (STREAM_MIN_BYTES, SSE2 kernel), for the
- * tests; counted with the GIL held. */
+/* Merges written with non-temporal stores, for the tests; counted with the GIL held. */
 static unsigned long long g_streamed_merges = 0;
 
-static int stream_wanted(size_t n, size_t es) {
+static int stream_wanted(size_t n, size_t es, const uint8_t *dst) {
 #if PLANES_HAVE_SSE2
-    return !g_portable_only && es != 1 && n * es >= STREAM_MIN_BYTES;
+    return !g_portable_only && es != 1 && n * es >= STREAM_MIN_BYTES && can_stream(es, dst);
 #else
     (void)n;
     (void)es;
+    (void)dst;
     return 0;
 #endif
 }
@@ -326,7 +333,7 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
         return NULL;
     }
     for (int p = 0; p < es; p++) planes[p] = (const uint8_t *)views[p].buf;
-    const int stream = stream_wanted(n, (size_t)es);
+    const int stream = stream_wanted(n, (size_t)es, (const uint8_t *)dst.buf);
     if (stream) g_streamed_merges++;
     Py_BEGIN_ALLOW_THREADS
     do_merge(planes, n, (size_t)es, (uint8_t *)dst.buf, stream);
@@ -360,8 +367,7 @@ static PyMethodDef methods[] = {
     {"split", py_split, METH_VARARGS, split_doc},
     {"merge", py_merge, METH_VARARGS, merge_doc},
     {"streamed_merges", py_streamed_merges, METH_NOARGS,
-     "streamed_merges() -> int: merges so far whose destination was large enough for\n"
-     "non-temporal stores (STREAM_MIN_BYTES, on the SSE2 kernel)"},
+     "streamed_merges() -> int: merges so far written with non-temporal stores"},
     {"set_portable", py_set_portable, METH_O,
      "set_portable(flag): True runs the portable scalar loop only (tests compare both paths)."},
     {"simd", py_simd, METH_NOARGS, "The kernel in use: 'sse2' or 'scalar'."},

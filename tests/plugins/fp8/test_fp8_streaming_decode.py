@@ -68,9 +68,11 @@ def test_large_decodes_match_torch_at_any_destination_offset(
     size = n * dtype.itemsize
     streamed = torch.full((offset + size + 64,), FILL, dtype=torch.uint8)
     calls = _native().streamed_decodes()
-    _decode_into(codes, streamed[offset:offset + size], dtype, fp8, scaling, "native")
-    if kernel.simd_level() >= 1:
-        assert _native().streamed_decodes() == calls + 1  # the streaming path ran
+    target = streamed[offset:offset + size]
+    _decode_into(codes, target, dtype, fp8, scaling, "native")
+    if kernel.simd_level() >= 1:  # streamed, unless no element of the destination starts a line
+        expected = calls + (target.data_ptr() % dtype.itemsize == 0)
+        assert _native().streamed_decodes() == expected
     reference = torch.full((size,), FILL, dtype=torch.uint8)
     _decode_into(codes, reference, dtype, fp8, scaling, "torch")
     assert torch.equal(streamed[offset:offset + size], reference)

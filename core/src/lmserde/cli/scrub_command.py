@@ -2,8 +2,9 @@
 
 Exit status: 0 when every object verified, 1 when damage was found (deleted or not), 2 for a bad
 spec or an adapter that cannot be scrubbed, 3 when nothing was damaged but some objects could not
-be verified (``--decode`` failed for a reason other than their bytes, e.g. a key service that
-cannot be reached; they are kept).
+be verified for a reason other than their bytes (the adapter could not say their size, or
+``--decode`` failed: a key service that cannot be reached, more than ``--l1-bytes`` needed);
+they are kept.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Read every object of an adapter back and verify its stored-object frame "
                     "(format, length, serde config, key binding, checksum); report per reason. "
                     "Exit status 1 when damage was found, 3 when some objects could not be "
-                    "verified (their decode failed for a reason other than their bytes).")
+                    "verified for a reason other than their bytes (they are kept).")
     p.add_argument("spec", help="adapter spec as JSON text, or @FILE holding it (the same dict as "
                                 "the L2 adapter config, with its 'serde')")
     p.add_argument("--decode", action="store_true",
@@ -101,9 +102,9 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
     elif report.damaged:
         print("run again with --delete to remove the damaged objects (each is a miss anyway)")
     if report.unverified:
-        print(f"{report.unverified} objects could not be verified: their decode failed for a "
-              "reason other than their bytes (e.g. a key service that cannot be reached); they "
-              "were kept, run again later")
+        print(f"{report.unverified} objects could not be verified, for a reason other than their "
+              "bytes (a key service or the storage could not be reached, or an object needs more "
+              "than --l1-bytes to decode: see the log); they were kept, run again later")
 
 
 def run(args: argparse.Namespace) -> int:

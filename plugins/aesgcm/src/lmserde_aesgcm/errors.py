@@ -55,17 +55,16 @@ class KeyProviderError(ValueError):
 
 class KeyUnavailableError(RuntimeError):
     """A decode could not get the key it needs from the key provider: the provider raised
-    something other than a ``ValueError`` (a KMS that cannot be reached, a cancelled request),
-    returned something unusable or raised :class:`KeyProviderError`, holds no key for the
-    object's tenant (which comes from the object key, not from the stored bytes), or (frame
-    version 1, which names no version) failed to give its current version.
+    anything but an :class:`UnknownKeyVersionError` for a version a frame names (a KMS that
+    cannot be reached, a cancelled request, a garbled answer, no key for the object's tenant,
+    which comes from the object key and not from the stored bytes) or returned something
+    unusable; or (frame version 1, which names no version) it could not give its current version.
 
     The stored bytes were not examined, so this is not a ``ValueError``: behind the stored-object
     frame (the default) the serde wrapper reports a miss and *keeps* the object, which decodes
     again once the provider is back. (Without the frame, ``"serde_frame": false``, nothing vouches
     for the bytes and every failed decode deletes the object.) A version-2 frame naming a key
-    version the provider refuses with any other ``ValueError`` (:class:`UnknownKeyVersionError`,
-    a KMS's "key destroyed") raises that error: the version is read from the bytes, and an object
-    whose key version is gone can never be decoded again, so it is deleted and rewritten. The
-    provider's own exception is the ``__cause__``.
+    version the provider answers with :class:`UnknownKeyVersionError` raises that error: the
+    version is read from the bytes, and an object whose key version is gone can never be decoded
+    again, so it is deleted and rewritten. The provider's own exception is the ``__cause__``.
     """

@@ -17,12 +17,10 @@ class KeyProvider(ABC):
     Implementations must be thread-safe and fast after warm-up: ``current_version`` is called for
     every frame written (the serde caches derived keys, not versions). Errors are ``ValueError``s
     (``UnknownTenantError``, ``UnknownKeyVersionError``) that never contain key material, and
-    ``repr`` must not reveal it either. Raise a ``ValueError`` only for a definite answer ("no
-    such version", "no such tenant"); a backend that cannot be reached should raise what its
-    client raises (``OSError``, ``TimeoutError``, ...). While decoding, the serde turns provider
-    failures into ``KeyUnavailableError`` (the stored object is kept), except a ``ValueError``
-    other than ``UnknownTenantError``/``KeyProviderError`` for a version a frame names: that
-    object can never be decoded and is deleted.
+    ``repr`` must not reveal it either. While decoding, the serde turns every provider failure
+    into ``KeyUnavailableError`` (the stored object is kept, and decodes once the provider is
+    back), except ``UnknownKeyVersionError`` for the version a frame names: that object can never
+    be decoded and is deleted, so raise it (and only it) when a version is gone for good.
     """
 
     @abstractmethod

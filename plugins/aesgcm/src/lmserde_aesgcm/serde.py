@@ -17,9 +17,8 @@ from lmserde_aesgcm.cipher_cache import CipherCache
 from lmserde_aesgcm.errors import (
     FrameAuthenticationError,
     FrameFormatError,
-    KeyProviderError,
     KeyUnavailableError,
-    UnknownTenantError,
+    UnknownKeyVersionError,
 )
 from lmserde_aesgcm.key_provider import KeyProvider
 
@@ -188,23 +187,21 @@ class AesGcmDeserializer(Deserializer):
     def _cipher(self, tenant: str, version: int | None, key_len: int) -> AESGCM:
         """The AEAD for ``tenant`` at ``version`` (``None``: the provider's current version).
 
-        A failure to get the key is :class:`KeyUnavailableError` (not about the bytes) except
-        when ``version`` was read from a frame and the provider refused it with a ``ValueError``
-        other than ``UnknownTenantError`` or ``KeyProviderError``: the provider does not hold that
-        version (``UnknownKeyVersionError``, a KMS's "key destroyed"), which is the bytes' doing
-        and will not change, so it propagates and the object is deleted.
+        Any failure to get the key is :class:`KeyUnavailableError` (not about the bytes), except
+        :class:`UnknownKeyVersionError` for a ``version`` read from a frame: the provider says it
+        does not hold the version the bytes name, which will not change, so it propagates (a
+        ``ValueError``) and the object is deleted. Other ``ValueError``s are not trusted to mean
+        that: KMS clients raise them for garbled answers too (a gateway's HTML error page fails
+        ``json.loads``), and deleting on those would wipe the tier during an outage.
         """
         try:
             current = self._ciphers.current(tenant) if version is None else version
             return self._ciphers.get(tenant, current, key_len)
-        except (UnknownTenantError, KeyProviderError) as exc:
-            # the tenant comes from the object key; an unusable answer is the provider's fault
-            raise self._unavailable(tenant, exc) from exc
-        except ValueError as exc:
+        except UnknownKeyVersionError as exc:
             if version is None:  # the provider's own current version: not the bytes' doing
                 raise self._unavailable(tenant, exc) from exc
             raise
-        except Exception as exc:  # a KMS that cannot be reached, a cancelled request, ...
+        except Exception as exc:  # unreachable KMS, garbled answer, unknown tenant, bad secret
             raise self._unavailable(tenant, exc) from exc
 
     def _unavailable(self, tenant: str, exc: Exception) -> KeyUnavailableError:

@@ -41,8 +41,9 @@ _log = logging.getLogger(__name__)
 
 #: What a key can end as: ``ok``, a reject reason, ``missing`` (listed, then gone),
 #: ``undecoded`` (frame fine, but its layout is stored as a digest: neither the layout check nor
-#: a decode is possible offline) or ``unverified`` (frame fine, but the decode failed for a reason
-#: other than the bytes, e.g. a key service that cannot be reached: not damage, never deleted).
+#: a decode is possible offline) or ``unverified`` (not examined: the adapter could not say its
+#: size, or the decode failed for a reason other than the bytes, e.g. a key service that cannot
+#: be reached, or it needs more L1 than there is; not damage, never deleted).
 Verdict = str
 #: Verdicts that are not damage.
 _NOT_DAMAGE = frozenset({"ok", "missing", "undecoded", "unverified"})
@@ -131,18 +132,52 @@ def _decode(wrapper: SerdeL2AdapterWrapper, keys: list[ObjectKey],
             layouts: list[MemoryLayoutDesc], rejections: _Rejections) -> list[Verdict]:
     """Decode ``keys`` through the wrapper's load path into scratch objects: ``ok`` for a hit,
     the reason the wrapper refused a key for, ``missing`` for an object gone since its frame was
-    checked, or ``unverified`` for another miss (the serde failed for a reason other than the
-    bytes: the wrapper keeps such objects)."""
+    checked, or ``unverified`` for another miss (the serde or the adapter failed for a reason
+    other than the bytes: the wrapper keeps such objects)."""
+    rejections.reasons.clear()  # only this load's refusals count
     dsts = [TensorMemoryObj.allocate(layout) for layout in layouts]
     bitmap = load_sync(wrapper, keys, dsts)
     verdicts = ["ok" if bitmap.test(i) else rejections.reasons.pop(key, "unverified")
                 for i, key in enumerate(keys)]
     unverified = [key for key, verdict in zip(keys, verdicts) if verdict == "unverified"]
     if unverified:  # an object deleted since its frame was checked is missing, not unverified
-        still = wrapper.stored_sizes(unverified)
-        verdicts = [("missing" if key not in still else verdict) if verdict == "unverified"
-                    else verdict for key, verdict in zip(keys, verdicts)]
+        still, unknown = wrapper.examine_sizes(unverified)
+        gone = {key for key in unverified if key not in still and key not in unknown}
+        verdicts = ["missing" if key in gone else verdict for key, verdict in zip(keys, verdicts)]
     return verdicts
+
+
+def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, MemoryLayoutDesc]],
+                   rejections: _Rejections) -> list[Verdict]:
+    """:func:`_decode` in groups whose temporaries fit the wrapper's L1 (a load reserves each
+    object's stored bound there); an object that alone does not fit is ``unverified``."""
+    budget = wrapper.l1_manager.capacity_bytes
+    verdicts: dict[ObjectKey, Verdict] = {}
+    group: list[tuple[ObjectKey, MemoryLayoutDesc]] = []
+    used = 0
+
+    def flush() -> None:
+        nonlocal used
+        if group:
+            found = _decode(wrapper, [k for k, _ in group], [lay for _, lay in group], rejections)
+            verdicts.update(zip([k for k, _ in group], found))
+        group.clear()
+        used = 0
+
+    for key, layout in items:
+        need = wrapper.payload_bound(layout) + FRAME_HEADER_BYTES
+        if need > budget:
+            _log.warning("scrub: %s needs %d bytes of L1 to decode, more than its %d: not "
+                         "decoded (give scrub more L1, --l1-bytes)", key.chunk_hash.hex(), need,
+                         budget)
+            verdicts[key] = "unverified"
+            continue
+        if used + need > budget:
+            flush()
+        group.append((key, layout))
+        used += need
+    flush()
+    return [verdicts[key] for key, _ in items]
 
 
 def scrub_adapter(
@@ -193,12 +228,12 @@ def scrub_adapter(
 
 def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], report: ScrubReport,
                  decode: bool, max_object_bytes: int, rejections: _Rejections) -> None:
-    sizes = wrapper.stored_sizes(keys)
+    sizes, unknown = wrapper.examine_sizes(keys)
     to_decode: list[tuple[ObjectKey, MemoryLayoutDesc]] = []
     for key in keys:
         size = sizes.get(key)
         if size is None:
-            report.add(key, "missing")
+            report.add(key, "unverified" if key in unknown else "missing")
             continue
         if size > max_object_bytes:
             _log.info("scrub: %s: %d bytes, over the %d-byte limit: not read",
@@ -211,7 +246,6 @@ def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], repo
             continue
         report.add(key, verdict)
     if to_decode:
-        verdicts = _decode(wrapper, [k for k, _ in to_decode], [lay for _, lay in to_decode],
-                           rejections)
-        for (key, _layout), verdict in zip(to_decode, verdicts):
+        for (key, _layout), verdict in zip(to_decode,
+                                           _decode_within(wrapper, to_decode, rejections)):
             report.add(key, verdict)

@@ -643,25 +643,33 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         the adapter cannot examine does not hide the others' sizes (they narrow the loads of
         upper-bound serdes); a key whose size cannot be had is left out. Never raises (except
         Ctrl-C on the main thread)."""
+        return self.examine_sizes(keys)[0]
+
+    def examine_sizes(self, keys: Sequence[ObjectKey]
+                      ) -> tuple[dict[ObjectKey, int], set[ObjectKey]]:
+        """:meth:`stored_sizes`, plus the keys whose size could not be had because the adapter
+        raised (for the batch, then for the key alone): those may well exist, where a key left
+        out of the sizes without raising is not stored."""
         keys = list(keys)
         if not adapter_reports_sizes(self._inner):
-            return {}
+            return {}, set()
         try:
-            return dict(self._inner.get_object_sizes(keys))
+            return dict(self._inner.get_object_sizes(keys)), set()
         except BaseException as exc:
             if must_propagate(exc):
                 raise
             _log.warning("serde wrapper: get_object_sizes raised: %s; asking key by key",
                          describe_exception(exc))
         sizes: dict[ObjectKey, int] = {}
+        unknown: set[ObjectKey] = set()
         for key in keys:
             try:
                 sizes.update(self._inner.get_object_sizes([key]))
             except BaseException as exc:
                 if must_propagate(exc):
                     raise
-                continue  # this key's size stays unknown
-        return sizes
+                unknown.add(key)  # this key's size stays unknown
+        return sizes, unknown
 
     def _drain_inner_load(self) -> None:
         with self._lock:
