@@ -396,12 +396,13 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._queues.load.complete(task_id, bitmap)
 
     def _load_one(self, key: ObjectKey, dst: MemoryObj) -> bool:
-        fd = open_object_file(self.path_of(key))
-        if fd is None:  # absent, or not a regular file (the next store replaces that)
+        opened = open_object_file(self.path_of(key))
+        if opened is None:  # absent, or not a regular file (the next store replaces that)
             return False
+        fd, size = opened
         try:
             want = dst.get_size()
-            if os.fstat(fd).st_size != want:
+            if size != want:
                 self._count("size_mismatches")
                 return False
             if want == 0:
@@ -506,11 +507,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def _read_sidecar(self, hashed: str) -> ObjectKey | None:
         """The key of hashed data file ``hashed`` from its sidecar; ``None`` if absent or wrong."""
         try:
-            fd = open_object_file(os.path.join(self._base, sidecar_name(hashed)))
+            opened = open_object_file(os.path.join(self._base, sidecar_name(hashed)))
         except OSError:
             return None
-        if fd is None:
+        if opened is None:
             return None
+        fd = opened[0]
         try:
             data = os.read(fd, _MAX_SIDECAR_BYTES + 1)
         except OSError:

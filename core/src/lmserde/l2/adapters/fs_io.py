@@ -58,10 +58,11 @@ def clear_foreign_entry(path: str) -> EntryKind:
     return kind
 
 
-def open_object_file(path: str) -> int | None:
-    """A read-only descriptor of the regular file at ``path``; ``None`` when nothing is there
-    or what is there is not a regular file (a symlink is not followed, a FIFO is not waited
-    on). Other ``OSError`` (permissions, I/O errors) propagate."""
+def open_object_file(path: str) -> tuple[int, int] | None:
+    """``(descriptor, size in bytes)`` of the regular file at ``path``, opened read-only (the
+    size from the same ``fstat`` that checked the kind); ``None`` when nothing is there or what
+    is there is not a regular file (a symlink is not followed, a FIFO is not waited on). Other
+    ``OSError`` (permissions, I/O errors) propagate."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOFOLLOW | _NONBLOCK)
     except FileNotFoundError:
@@ -71,14 +72,14 @@ def open_object_file(path: str) -> int | None:
             return None
         raise
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        info = os.fstat(fd)
     except BaseException:
         os.close(fd)
         raise
-    if not regular:
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         return None
-    return fd
+    return fd, info.st_size
 
 
 def write_all(fd: int, view: memoryview) -> None:
