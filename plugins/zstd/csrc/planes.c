@@ -169,10 +169,11 @@ static size_t merge_sse2_cached(const uint8_t *const *pl, size_t n, size_t es, u
     return done;
 }
 
+/* Bytes from p to the next 64-byte cache-line boundary (0 when p is on one). */
+static size_t line_gap(const uint8_t *p) { return (64 - ((uintptr_t)p & 63)) & 63; }
+
 /* Whether some element of dst starts a 64-byte cache line. */
-static int can_stream(size_t es, const uint8_t *dst) {
-    return ((64 - ((uintptr_t)dst & 63)) & 63) % es == 0;
-}
+static int can_stream(size_t es, const uint8_t *dst) { return line_gap(dst) % es == 0; }
 
 /* Non-temporal stores, upwards from the first element whose destination starts a 64-byte cache
  * line (the elements before it are merged by the scalar loop). Streaming stores that do not start
@@ -180,9 +181,8 @@ static int can_stream(size_t es, const uint8_t *dst) {
  * line-aligned on an element boundary takes the cached path (stream_wanted checks it first; the
  * check here keeps the function safe on its own). Returns the elements done from 0. */
 static size_t merge_sse2_stream(const uint8_t *const *pl, size_t n, size_t es, uint8_t *dst) {
-    const size_t misalign = (64 - ((uintptr_t)dst & 63)) & 63;
-    if (misalign % es) return merge_sse2_cached(pl, n, es, dst);
-    const size_t head = misalign / es < n ? misalign / es : n;
+    if (!can_stream(es, dst)) return merge_sse2_cached(pl, n, es, dst);
+    const size_t head = line_gap(dst) / es < n ? line_gap(dst) / es : n;
     merge_scalar(pl, head, es, dst, 0);
     size_t i = head;
     for (; i + 16 <= n; i += 16) merge16(pl, i, es, dst, 1);
