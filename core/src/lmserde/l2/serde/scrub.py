@@ -153,30 +153,24 @@ def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, 
     object's stored bound there); an object that alone does not fit is ``unverified``."""
     budget = wrapper.l1_manager.capacity_bytes
     verdicts: dict[ObjectKey, Verdict] = {}
-    group: list[tuple[ObjectKey, MemoryLayoutDesc]] = []
+    groups: list[list[tuple[ObjectKey, MemoryLayoutDesc]]] = []
     used = 0
-
-    def flush() -> None:
-        nonlocal used
-        if group:
-            found = _decode(wrapper, [k for k, _ in group], [lay for _, lay in group], rejections)
-            verdicts.update(zip([k for k, _ in group], found))
-        group.clear()
-        used = 0
-
     for key, layout in items:
-        need = wrapper.payload_bound(layout) + FRAME_HEADER_BYTES
+        need = wrapper.stored_bound(layout)
         if need > budget:
             _log.warning("scrub: %s needs %d bytes of L1 to decode, more than its %d: not "
                          "decoded (give scrub more L1, --l1-bytes)", key.chunk_hash.hex(), need,
                          budget)
             verdicts[key] = "unverified"
             continue
-        if used + need > budget:
-            flush()
-        group.append((key, layout))
+        if not groups or used + need > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append((key, layout))
         used += need
-    flush()
+    for group in groups:
+        keys = [key for key, _ in group]
+        verdicts.update(zip(keys, _decode(wrapper, keys, [lay for _, lay in group], rejections)))
     return [verdicts[key] for key, _ in items]
 
 

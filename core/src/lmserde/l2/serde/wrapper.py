@@ -272,6 +272,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         """The serde's bound on the payload of an object of ``layout`` (frame excluded)."""
         return self._estimate(layout)
 
+    def stored_bound(self, layout: MemoryLayoutDesc) -> int:
+        """The largest stored object of ``layout`` (frame included): what a load of it reserves
+        in L1 for its temporary."""
+        return self._stored_bound(self._estimate(layout))
+
     @property
     def adapter_type(self) -> str:  # type: ignore[override]
         return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
