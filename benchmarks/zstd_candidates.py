@@ -26,9 +26,11 @@ Candidates:
   the others stored as they are (torch split);
 * ``split + zstd <setting> top plane``: the plugin's native split (``lmserde_zstd.planes``), the
   top plane compressed by libzstd at ``<setting>`` (level 1; the negative levels -1, -3, -5,
-  which turn zstd's Huffman coding of literals off; and ``tuned``: the fast strategy with a
-  64-entry hash table, a 7-byte minimum match and a 128 KiB window), decoded straight into a
-  scratch plane and merged natively;
+  which turn zstd's Huffman coding of literals off; ``tuned``: the fast strategy with a
+  64-entry hash table, a 7-byte minimum match and a 128 KiB window, formerly level 1, now its
+  fallback; and ``tuned accelerated``: the same accelerated to almost no match search, Huffman
+  literals kept on, level 1 now), decoded straight into a scratch
+  plane and merged natively;
 * ``lmserde planes (codec 2)``: the serde's default codec end to end (per-plane sample decision,
   every plane that pays coded with the tuned setting);
 * ``zipnn``: ZipNN's byte grouping plus Huffman coding of the exponent plane.
@@ -85,15 +87,13 @@ def _native_candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
             outputs[key] = np.empty(x.numel(), dtype=np.uint8)
         return outputs[key]
 
-    def top_plane(params: zstandard.ZstdCompressionParameters) -> tuple[Encode, Decode]:
-        compressor = zstandard.ZstdCompressor(compression_params=params)
-
+    def top_plane(compress: Callable[[Any], bytes]) -> tuple[Encode, Decode]:
         def enc(x: torch.Tensor) -> Any:
             out = out_for(x)
             count = x.numel() // itemsize
             parts = [out[p * count:(p + 1) * count] for p in range(itemsize)]
             planes.split(x.numpy(), itemsize, parts)
-            return compressor.compress(parts[-1]), parts[:-1]
+            return compress(parts[-1]), parts[:-1]
 
         def dec(c: Any, out: torch.Tensor) -> None:
             count = out.numel() // itemsize
@@ -105,11 +105,14 @@ def _native_candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
             planes.merge([*c[1], top], itemsize, out.numpy())
         return enc, dec
 
-    levels: dict[str, zstandard.ZstdCompressionParameters] = {
-        f"L{lvl}": zstandard.ZstdCompressionParameters.from_level(lvl) for lvl in (1, -1, -3, -5)}
-    levels["tuned"] = plane_codec._params(1)
-    for name, params in levels.items():
-        found[f"split + zstd {name} top plane"] = top_plane(params)
+    levels: dict[str, Callable[[Any], bytes]] = {
+        f"L{lvl}": zstandard.ZstdCompressor(
+            compression_params=zstandard.ZstdCompressionParameters.from_level(lvl)).compress
+        for lvl in (1, -1, -3, -5)}
+    levels["tuned"] = zstandard.ZstdCompressor(compression_params=plane_codec._params(1)).compress
+    levels["tuned accelerated"] = plane_codec.make_compressor(1)
+    for name, compress in levels.items():
+        found[f"split + zstd {name} top plane"] = top_plane(compress)
 
     def codec2_enc(x: torch.Tensor) -> Any:
         out = out_for(x)

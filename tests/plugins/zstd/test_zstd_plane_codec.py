@@ -91,8 +91,8 @@ def test_a_raw_plane_after_a_coded_plane_round_trips() -> None:
 
 def test_a_plane_the_sample_misjudged_is_stored_raw(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the sample says "code it" but zstd does not shrink the plane, the plane is raw."""
-    monkeypatch.setattr(plane_codec, "_planes_worth_coding",
-                        lambda data, es, count, compressor: [True] * es)
+    monkeypatch.setattr(plane_codec, "_sample_ratios",
+                        lambda data, es, count, compress: [10.0] * es)
     frame = encode(SRC, ZstdSerializer(min_saving=0.0))
     assert [m for m, _ in _table(frame)] == [plane_codec.METHOD_RAW, plane_codec.METHOD_ZSTD]
     assert same_bytes(decode(frame, LAYOUT), SRC)

@@ -5,15 +5,22 @@ Why: in a float the sign/exponent byte is redundant and the mantissa bytes are c
 spends most of the time searching matches in random bytes; here the input is split into byte
 planes (:mod:`lmserde_zstd.planes`, native), a small sample of each plane is compressed to decide
 whether the plane is worth coding, and only those planes go through libzstd. Level 1 uses
-zstd's fast strategy with a 64-entry hash table and a 7-byte minimum match: on KV exponent
-planes it is about 2.5x faster than zstd level 1 and compresses slightly better (the
-measurement is in ``docs/plugins/zstd.md``); levels 2-9 are zstd's own levels.
+zstd's fast strategy with a 64-entry hash table and a 7-byte minimum match (on KV exponent
+planes about 2.5x faster than zstd level 1 and slightly smaller). A plane whose sample
+compresses 2x or more (bf16 and fp32 exponents) is coded with that setting accelerated so far
+that it barely searches for matches, Huffman-coded literals kept on (zstd's experimental
+literal-compression mode, which ``pyzstd`` passes on): zstd then works as a Huffman coder of the
+plane's bytes, whose redundancy is their skewed distribution, not repeats, and a bf16 chunk
+encodes 14-22 % faster at the same ratio. Where pyzstd cannot take that setting (libzstd older
+than 1.5, or a pyzstd that refuses the parameter) the plane gets the unaccelerated setting
+(same format, slower). Levels 2-9 are zstd's own levels. The measurements are in
+``docs/plugins/zstd.md``.
 
-Two bindings of libzstd, each where it measured faster (both release the GIL; the frames are
-plain zstd frames, so either decodes the other's): ``zstandard`` encodes (3-6 % faster than
-``pyzstd`` on exponent planes), ``pyzstd`` decodes — its bundled libzstd is built with zstd's
-x86-64 assembly Huffman decoder, which ``zstandard``'s build leaves out, and restores a bf16
-exponent plane about 16 % faster.
+Two bindings of libzstd (both release the GIL; the frames are plain zstd frames, so either
+decodes the other's): ``zstandard`` encodes (its build measured faster than pyzstd's where
+both run the same setting) except the accelerated planes, and ``pyzstd`` decodes — its bundled
+libzstd is built with zstd's x86-64 assembly Huffman decoder, which ``zstandard``'s build leaves
+out, and restores a bf16 exponent plane about 16 % faster.
 
 Payload (after the frame header), for element size ``E`` (1, 2, 4 or 8), raw length ``N``,
 ``P = N // E`` elements and ``N % E`` tail bytes::
@@ -35,6 +42,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pyzstd
@@ -77,7 +85,26 @@ def plane_element_size(itemsize: int) -> int:
     return next(e for e in (8, 4, 2, 1) if itemsize % e == 0)
 
 
+#: zstd's ``ZSTD_c_literalCompressionMode`` (``ZSTD_c_experimentalParam5`` in zstd.h, the same
+#: number since zstd 1.4) and its ``ZSTD_ps_enable``: keep Huffman-coded literals when the fast
+#: strategy is accelerated (zstd switches them off then by default).
+_LITERAL_COMPRESSION_MODE = 1002
+_PS_ENABLE = 1
+#: The fast strategy's acceleration (``targetLength``) at level 1: a match search that starts
+#: every 4097 bytes finds almost nothing, which leaves zstd a Huffman coder of the plane's bytes.
+_LEVEL1_ACCELERATION = 4096
+#: Level 1 accelerates a plane whose sample compresses at least this much: exponent planes of bf16
+#: and fp32 (about 3x), where the unaccelerated match finder spends its time on short repeats that
+#: save nothing. Planes that compress less (the fp16 top plane 1.4x, fp8 codes 1.2x) have no such
+#: repeats, and there pyzstd's build of libzstd measured 3-20 % slower than python-zstandard's.
+_ACCELERATE_MIN_RATIO = 2.0
+
+Compress = Callable[[np.ndarray], bytes]
+
+
 def _params(level: int) -> zstandard.ZstdCompressionParameters:
+    """python-zstandard's parameters for ``level`` (level 1: the setting used when pyzstd cannot
+    take the Huffman-literals setting of :func:`_level1_pyzstd_options`)."""
     if level == 1:
         return zstandard.ZstdCompressionParameters.from_level(
             1, strategy=zstandard.STRATEGY_FAST, hash_log=6, window_log=17, min_match=7,
@@ -89,18 +116,54 @@ def _params(level: int) -> zstandard.ZstdCompressionParameters:
                                                           write_checksum=0, write_dict_id=0)
 
 
+def _level1_pyzstd_options() -> dict[int, int]:
+    """Accelerated level 1 through pyzstd: the fast strategy accelerated to almost no match
+    search, Huffman literals kept on (see ``docs/plugins/zstd.md``: a bf16 exponent plane
+    compresses about 20 % faster, to the same size)."""
+    p = pyzstd.CParameter
+    return {p.strategy: 1, p.hashLog: 6, p.minMatch: 7, p.windowLog: 17,
+            p.targetLength: _LEVEL1_ACCELERATION, p.checksumFlag: 0, p.contentSizeFlag: 1,
+            p.dictIDFlag: 0, _LITERAL_COMPRESSION_MODE: _PS_ENABLE}
+
+
+def _level1_pyzstd() -> Compress | None:
+    """The accelerated level-1 compressor through pyzstd (which passes zstd's experimental
+    parameter on), or ``None`` when this pyzstd's libzstd is older than 1.5 or refuses the
+    setting; the caller then uses python-zstandard with :func:`_params`. Any setting gives valid
+    zstd frames: this choice affects only speed and size, never what decodes."""
+    if tuple(pyzstd.zstd_version_info[:2]) < (1, 5):
+        return None
+    try:
+        compressor = pyzstd.ZstdCompressor(_level1_pyzstd_options())
+    except (pyzstd.ZstdError, ValueError, TypeError, OverflowError):
+        return None
+    flush = pyzstd.ZstdCompressor.FLUSH_FRAME
+    return lambda data: compressor.compress(data, flush)
+
+
+def make_compressor(level: int, *, accelerated: bool = False) -> Compress:
+    """A one-frame compressor for ``level`` (content size recorded, no checksum, no dictionary
+    id, window at most :data:`_MAX_WINDOW`); not thread-safe. ``accelerated`` (level 1 only):
+    the accelerated setting with Huffman literals when pyzstd takes it."""
+    if accelerated and level == 1:
+        found = _level1_pyzstd()
+        if found is not None:
+            return found
+    return zstandard.ZstdCompressor(compression_params=_params(level)).compress
+
+
 class _State(threading.local):
-    """Per-thread compression contexts and scratch planes (contexts are not thread-safe)."""
+    """Per-thread compressors and scratch planes (zstd contexts are not thread-safe)."""
 
     def __init__(self) -> None:
-        self.compressors: dict[int, zstandard.ZstdCompressor] = {}
+        self.compressors: dict[tuple[int, bool], Compress] = {}
         self.scratch = np.empty(0, dtype=np.uint8)
 
-    def compressor(self, level: int) -> zstandard.ZstdCompressor:
-        found = self.compressors.get(level)
+    def compressor(self, level: int, *, accelerated: bool = False) -> Compress:
+        key = (level, accelerated and level == 1)
+        found = self.compressors.get(key)
         if found is None:
-            found = self.compressors[level] = zstandard.ZstdCompressor(
-                compression_params=_params(level))
+            found = self.compressors[key] = make_compressor(level, accelerated=key[1])
         return found
 
     def scratch_planes(self, count: int, plane_bytes: int) -> list[np.ndarray]:
@@ -113,24 +176,24 @@ class _State(threading.local):
 _state = _State()
 
 
-def _compress_plane(compressor: zstandard.ZstdCompressor, plane: np.ndarray, out: np.ndarray,
+def _compress_plane(compress: Compress, plane: np.ndarray, out: np.ndarray,
                     start: int, limit: int) -> int | None:
     """Write ``plane`` as one zstd frame (content size recorded) at ``out[start:]``, ending before
     ``limit``; returns its length, or ``None`` when it does not fit.
 
     (One-shot compression and a copy measured a few percent faster than streaming into ``out``.)
     """
-    packed = compressor.compress(plane)
+    packed = compress(plane)
     if start + len(packed) > limit:
         return None
     out[start:start + len(packed)] = np.frombuffer(packed, dtype=np.uint8)
     return len(packed)
 
 
-def _planes_worth_coding(data: np.ndarray, element_size: int, count: int,
-                         compressor: zstandard.ZstdCompressor) -> list[bool]:
-    """Per plane: does a sample (up to 4 windows of 16 Ki elements, spread over the input)
-    compress by at least :data:`MIN_PLANE_SAVING`?"""
+def _sample_ratios(data: np.ndarray, element_size: int, count: int,
+                   compress: Compress) -> list[float]:
+    """Per plane: how much a sample (up to 4 windows of 16 Ki elements, spread over the input)
+    compresses (sample bytes / compressed bytes)."""
     width = min(_SAMPLE_ELEMENTS, -(-count // _SAMPLE_WINDOWS))
     starts = sorted({i * (count - width) // max(1, _SAMPLE_WINDOWS - 1)
                      for i in range(_SAMPLE_WINDOWS)})
@@ -138,8 +201,12 @@ def _planes_worth_coding(data: np.ndarray, element_size: int, count: int,
     for k, start in enumerate(starts):
         window = data[start * element_size:(start + width) * element_size]
         plane_ops.split(window, element_size, [row[k * width:(k + 1) * width] for row in sample])
-    limit = sample.shape[1] * (1 - MIN_PLANE_SAVING)
-    return [len(compressor.compress(row)) <= limit for row in sample]
+    return [sample.shape[1] / len(compress(row)) for row in sample]
+
+
+def _worth_coding(ratio: float) -> bool:
+    """Does a plane whose sample compresses ``ratio``-fold save :data:`MIN_PLANE_SAVING`?"""
+    return ratio * (1 - MIN_PLANE_SAVING) >= 1
 
 
 def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level: int) -> int | None:
@@ -157,8 +224,9 @@ def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level
     if count == 0 or pos + tail > cap:
         return None
     state = _state
-    compressor = state.compressor(level)
-    coded = _planes_worth_coding(data, element_size, count, compressor)
+    compress = state.compressor(level)
+    ratios = _sample_ratios(data, element_size, count, compress)
+    coded = [_worth_coding(r) for r in ratios]
     # Raw planes before the first coded one are split straight into their place in ``out``.
     targets: list[np.ndarray | None] = [None] * element_size
     direct = 0
@@ -173,7 +241,9 @@ def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level
     for p, plane in enumerate(planes):
         packed = None
         if coded[p]:  # a zstd frame shorter than the plane, written in place
-            packed = _compress_plane(compressor, plane, out, pos, min(cap, pos + count - 1))
+            plane_compress = (state.compressor(level, accelerated=True)
+                              if ratios[p] >= _ACCELERATE_MIN_RATIO else compress)
+            packed = _compress_plane(plane_compress, plane, out, pos, min(cap, pos + count - 1))
         if packed is not None:
             method, length = METHOD_ZSTD, packed
         else:
