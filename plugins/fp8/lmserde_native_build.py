@@ -1,21 +1,24 @@
-"""The one native-extension build of the lmserde plugins that ship C code (fp8, turboquant).
+"""The one native-extension build of the lmserde distributions that ship C code: the core (its
+payload-checksum kernel) and the fp8, turboquant and zstd plugins.
 
-This file is kept in ``tools/lmserde_native_build.py``; each plugin ships an identical copy beside
-its ``setup.py``, because a plugin's sdist must build on its own and cannot reach ``../``
-(``tests/plugins/test_native_build.py`` fails when a copy differs: copy this file over it). A
-shared build-time requirement was not chosen: it would have to be published to an index before
-any plugin could be built in an isolated build environment, for some sixty lines of code.
+This file is kept in ``tools/lmserde_native_build.py``; each of them ships an identical copy
+beside its ``setup.py``, because a distribution's sdist must build on its own and cannot reach
+``../`` (``tests/plugins/test_native_build.py`` fails when a copy differs: copy this file over
+it). A shared build-time requirement was not chosen: it would have to be published to an index
+before any of them could be built in an isolated build environment, for some sixty lines of code.
 
-What it guarantees, for every plugin alike:
+What it guarantees, for every distribution alike:
 
 * the same compiler flags (:data:`COMPILE_ARGS`): ``-O3``, C11 with GNU extensions, IEEE
   arithmetic (no fast-math, no fused multiply-add contraction) — the codecs' bytes depend on
   rounding; SIMD levels are chosen at run time, so no ``-march``;
-* a compiler problem never passes silently: the install still succeeds (the plugin then runs its
-  pure-torch codec, same bytes, slower) but a warning naming the extension and the reason is
-  printed (pip shows build output with ``-v``; ``lmserde info TYPE`` shows it afterwards);
+* a compiler problem never passes silently: the install still succeeds (the distribution then
+  runs its pure-Python fallback, same results, slower) but a warning naming the extension and
+  the reason is printed (pip shows build output with ``-v``; ``lmserde info TYPE`` shows a
+  plugin's afterwards, ``lmserde.frame_checksum.checksum_kernel()`` the core's);
 * with ``LMSERDE_REQUIRE_NATIVE=1`` (CI sets it) a missing extension fails the build instead,
-  as does the plugin's own skip switch (``LMSERDE_<PLUGIN>_NO_EXTENSION=1``).
+  as does the distribution's own skip switch (``LMSERDE_<PLUGIN>_NO_EXTENSION=1``,
+  ``LMSERDE_CORE_NO_EXTENSION=1`` for the core).
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ def native_required() -> bool:
 def _not_built(distribution: str, module: str, reason: str) -> None:
     message = (
         f"{distribution}: the native extension {module} was NOT built ({reason}). "
-        f"{distribution} will run its pure-torch codec instead: the same bytes, several times "
-        "slower. Install a C compiler (gcc or clang) and the Python headers, then reinstall. "
+        f"{distribution} will run its pure-Python fallback instead: the same results, several "
+        "times slower. Install a C compiler (gcc or clang) and the Python headers, then reinstall. "
         f"Set {REQUIRE_ENV}=1 to make this an error."
     )
     if native_required():

@@ -1,5 +1,6 @@
-"""The shared native build of lmserde-fp8, lmserde-turboquant and lmserde-zstd: one helper, the
-same flags, and no silent fallback (a warning, or an error with ``LMSERDE_REQUIRE_NATIVE=1``)."""
+"""The shared native build of lmserde (its checksum kernel), lmserde-fp8, lmserde-turboquant and
+lmserde-zstd: one helper, the same flags, and no silent fallback (a warning, or an error with
+``LMSERDE_REQUIRE_NATIVE=1``)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CANONICAL = ROOT / "tools" / "lmserde_native_build.py"
-PLUGINS = {  # plugin directory -> (distribution, extension module)
+PLUGINS = {  # distribution directory name -> (distribution, extension module)
+    "core": ("lmserde", "lmserde._checksum_copy"),
     "fp8": ("lmserde-fp8", "lmserde_fp8._fastcodec"),
     "turboquant": ("lmserde-turboquant", "lmserde_turboquant._native"),
     "zstd": ("lmserde-zstd", "lmserde_zstd._planes"),
 }
+
+
+def _directory(name: str) -> Path:
+    return ROOT / "core" if name == "core" else ROOT / "plugins" / name
 
 
 def _load(path: Path) -> ModuleType:
@@ -32,13 +38,13 @@ def _load(path: Path) -> ModuleType:
 
 @pytest.mark.parametrize("plugin", sorted(PLUGINS))
 def test_each_plugin_ships_an_identical_copy_of_the_helper(plugin: str) -> None:
-    copy = ROOT / "plugins" / plugin / "lmserde_native_build.py"
+    copy = _directory(plugin) / "lmserde_native_build.py"
     assert copy.read_bytes() == CANONICAL.read_bytes(), (
         f"{copy} differs from {CANONICAL}: edit the one in tools/ and copy it over"
     )
-    manifest = (ROOT / "plugins" / plugin / "MANIFEST.in").read_text().split("\n")
+    manifest = (_directory(plugin) / "MANIFEST.in").read_text().split("\n")
     assert "include lmserde_native_build.py" in manifest  # the sdist builds on its own
-    setup_py = (ROOT / "plugins" / plugin / "setup.py").read_text()
+    setup_py = (_directory(plugin) / "setup.py").read_text()
     assert "from lmserde_native_build import native_setup_kwargs" in setup_py
     assert "extra_compile_args" not in setup_py and "build_ext" not in setup_py
 
@@ -59,7 +65,7 @@ exit 1
 def _build(plugin: str, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str],
                                                              list[str]]:
     """Run the plugin's ``setup.py build_ext`` in a copy, with a compiler that always fails."""
-    src = ROOT / "plugins" / plugin
+    src = _directory(plugin)
     work = tmp_path / plugin
     shutil.copytree(src, work, ignore=shutil.ignore_patterns("*.so", "*.egg-info", "build"))
     log = tmp_path / f"{plugin}-cc.log"
@@ -67,8 +73,9 @@ def _build(plugin: str, tmp_path: Path, **env: str) -> tuple[subprocess.Complete
     cc.write_text(FAKE_CC.format(log=log))
     cc.chmod(0o755)
     full_env = {k: v for k, v in os.environ.items()
-                if k not in ("LMSERDE_REQUIRE_NATIVE", "LMSERDE_FP8_NO_EXTENSION",
-                             "LMSERDE_TURBOQUANT_NO_EXTENSION", "LMSERDE_ZSTD_NO_EXTENSION")}
+                if k not in ("LMSERDE_REQUIRE_NATIVE", "LMSERDE_CORE_NO_EXTENSION",
+                             "LMSERDE_FP8_NO_EXTENSION", "LMSERDE_TURBOQUANT_NO_EXTENSION",
+                             "LMSERDE_ZSTD_NO_EXTENSION")}
     full_env.update(CC=str(cc), LDSHARED=f"{cc} -shared", **env)
     result = subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
@@ -99,7 +106,7 @@ def test_both_plugins_compile_with_the_same_flags_and_warn_when_not_built(
         flags = _flags(calls[0])
         assert flags[-len(compile_args):] == compile_args, calls[0]  # ours come last and win
         seen[plugin] = flags[-len(compile_args):]
-    assert seen["fp8"] == seen["turboquant"] == seen["zstd"]
+    assert seen["core"] == seen["fp8"] == seen["turboquant"] == seen["zstd"]
 
 
 @pytest.mark.parametrize("plugin", sorted(PLUGINS))
@@ -129,8 +136,9 @@ def test_native_codecs_are_built_when_required() -> None:
     if os.environ.get("LMSERDE_REQUIRE_NATIVE", "").strip().lower() not in ("1", "true", "yes",
                                                                           "on"):
         pytest.skip("LMSERDE_REQUIRE_NATIVE is not set")
-    from lmserde import get_serde_spec
+    from lmserde import checksum_kernel, get_serde_spec
 
+    assert checksum_kernel() is not None, "lmserde._checksum_copy was not built"
     for serde in ("fp8", "turboquant", "zstd"):
         status = get_serde_spec(serde).describe_native()
         assert status is not None and status.get("built") is True, f"{serde}: {status}"

@@ -34,6 +34,10 @@ class Serializer(ABC):
     bytes written carry their own authentication bound to the object's key (AES-GCM frame
     version 2), so that a stored-object frame may skip its own checksum. Set it only when any
     change to the bytes, or bytes of another key, is certain to fail ``deserialize``.
+
+    A serializer that writes every output byte in its own pass may also compute the frame's
+    payload checksum there and report it (:mod:`lmserde.frame_checksum`): the serde wrapper then
+    does not hash the payload itself.
     """
 
     authenticates_output: bool = False
@@ -66,7 +70,16 @@ class Deserializer(ABC):
 
     ``src`` may be larger than the stored frame: lengths come from ``dst`` or an in-band header,
     never from ``len(src)``. Any problem raises; the caller turns it into a miss.
+
+    ``reports_payload_checksum`` (class or instance attribute, default ``False``): ``True`` when
+    ``deserialize`` reports the stored-object frame's payload checksum of all of ``src`` through
+    :func:`lmserde.frame_checksum.report_payload_checksum` whenever
+    :func:`~lmserde.frame_checksum.wants_payload_checksum` says so, computed in its own pass
+    over the bytes; the serde wrapper then does not hash loaded payloads itself (it still does
+    when a report is missing).
     """
+
+    reports_payload_checksum: bool = False
 
     @abstractmethod
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
@@ -208,6 +221,13 @@ class SerdeProcessor(ABC):
         ``True`` lets a stored-object frame skip its checksum (a damaged or moved object fails
         ``deserialize`` anyway). Default ``False``.
         """
+        return False
+
+    def reports_payload_checksum(self) -> bool:
+        """Whether the deserializer reports the stored-object frame's payload checksum of what
+        it decodes (:mod:`lmserde.frame_checksum`), so that the serde wrapper need not hash loaded
+        payloads itself. A missing report is still checked (the wrapper hashes then). Default
+        ``False``."""
         return False
 
     def serde_pair(self) -> SerdePair | None:

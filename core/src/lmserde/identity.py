@@ -1,6 +1,10 @@
 """``identity``: an exact byte copy. The baseline in benchmarks and the smallest complete serde.
 
 Wire format: the source object's logical bytes (``get_size()``), unchanged. EXACT size contract.
+
+Behind the serde wrapper's frame, both directions compute the frame's payload checksum in the
+copy itself (:func:`~lmserde.frame_checksum.copy_with_checksum`: one pass instead of a copy plus
+a hash) and report it, when lmserde's checksum kernel is built.
 """
 
 from __future__ import annotations
@@ -12,6 +16,12 @@ import torch
 
 from lmserde.base import Deserializer, Serializer
 from lmserde.builtin_plugins import BUILTIN_FACTS
+from lmserde.frame_checksum import (
+    checksum_kernel,
+    copy_with_checksum,
+    report_payload_checksum,
+    wants_payload_checksum,
+)
 from lmserde.install_hints import SERDE_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
@@ -35,7 +45,8 @@ def _copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 class IdentitySerializer(Serializer):
-    """Copies the source's bytes into the destination."""
+    """Copies the source's bytes into the destination (and reports the payload checksum of the
+    copy when the wrapper wants it)."""
 
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
         data = as_byte_tensor(src)
@@ -44,7 +55,9 @@ class IdentitySerializer(Serializer):
             raise ValueError(
                 f"identity serde: destination buffer too small ({dst.get_size()} < {n} bytes)"
             )
-        if n:
+        if wants_payload_checksum(dst) and data.device.type == "cpu":
+            report_payload_checksum(dst, n, copy_with_checksum(as_byte_tensor(dst)[:n], data))
+        elif n:
             _copy_bytes(as_byte_tensor(dst)[:n], data)
         return n
 
@@ -53,7 +66,11 @@ class IdentitySerializer(Serializer):
 
 
 class IdentityDeserializer(Deserializer):
-    """Copies ``dst.get_size()`` bytes from the source into the destination."""
+    """Copies ``dst.get_size()`` bytes from the source into the destination (and reports the
+    payload checksum of what it read when the wrapper wants it)."""
+
+    #: With the checksum kernel, loads are hashed in the copy (see the module docstring).
+    reports_payload_checksum = checksum_kernel() is not None
 
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         out = as_byte_tensor(dst)
@@ -62,7 +79,9 @@ class IdentityDeserializer(Deserializer):
             raise ValueError(
                 f"identity serde: source buffer too small ({src.get_size()} < {n} bytes)"
             )
-        if n:
+        if wants_payload_checksum(src) and out.device.type == "cpu":
+            report_payload_checksum(src, n, copy_with_checksum(out, as_byte_tensor(src)[:n]))
+        elif n:
             _copy_bytes(out, as_byte_tensor(src)[:n])
 
 

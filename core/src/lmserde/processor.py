@@ -222,6 +222,10 @@ class AsyncSerdeProcessor(SerdeProcessor):
         """The serializer's ``authenticates_output`` attribute."""
         return bool(self._serializer.authenticates_output)
 
+    def reports_payload_checksum(self) -> bool:
+        """The deserializer's ``reports_payload_checksum`` attribute (default ``False``)."""
+        return getattr(self._deserializer, "reports_payload_checksum", False) is True
+
     def metrics(self) -> dict[str, ProcessorMetrics]:
         """A snapshot of the per-direction totals."""
         with self._metrics_lock:

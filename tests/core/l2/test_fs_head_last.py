@@ -1,5 +1,9 @@
 """Head-last stores on ``fs``: the body goes to the file first, the head last, and an object whose
-head could not be produced is never published."""
+head could not be produced is never published.
+
+The wrapper stores head-last when it hashes a payload itself; ``identity`` reports the checksum
+of its own copy (tests/core/l2/test_serde_reported_checksum.py), so these tests switch that off
+(:func:`_wrapper_hashes`)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,15 @@ from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, PendingHeader, par
 from lmserde.testing import adapter_key
 
 HEAD = 16
+
+
+@pytest.fixture(autouse=True)
+def _wrapper_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``identity`` copies without reporting a checksum: the wrapper hashes every payload."""
+    import lmserde.identity
+
+    monkeypatch.setattr(lmserde.identity, "wants_payload_checksum", lambda buffer: False)
+    monkeypatch.setattr(lmserde.identity.IdentityDeserializer, "reports_payload_checksum", False)
 
 
 class _Head:

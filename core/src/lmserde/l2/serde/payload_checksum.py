@@ -10,21 +10,24 @@ its segment's digest, and so the checksum, as surely as one XXH3-64 over the who
 :func:`start_payload_checksum` starts that and returns a wait, so that the caller can overlap the
 hashing with other work on the same bytes (a serde's decode; an adapter's write).
 
-XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
-measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``.
+XXH3-64 (the reference C implementation: lmserde's checksum kernel, which vendors it and picks its
+AVX-512/AVX2/SSE2 variant at run time, or the ``xxhash`` package where the kernel is not built)
+was chosen by measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``. A serde
+can also compute the checksum in its own pass over the payload: :mod:`lmserde.frame_checksum`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import struct
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import xxhash
+
+from lmserde.frame_checksum import CHECKSUM_SEGMENT_BYTES, _combine, xxh3_of_bytes
 
 __all__ = [
     "CHECKSUM_SEGMENT_BYTES",
@@ -35,17 +38,10 @@ __all__ = [
     "xxh3_of_tensor",
 ]
 
-#: Payloads longer than this are checksummed as segments of this size.
-CHECKSUM_SEGMENT_BYTES = 4 << 20
-
 
 def xxh3_64(data: bytes | memoryview) -> int:
     """XXH3-64 (seed 0) of ``data``."""
     return xxhash.xxh3_64_intdigest(data)
-
-
-def _combine(digests: list[int]) -> int:
-    return xxh3_64(struct.pack(f"<{len(digests)}Q", *digests))
 
 
 def tensor_bytes(data: torch.Tensor) -> memoryview:
@@ -62,11 +58,9 @@ def tensor_bytes(data: torch.Tensor) -> memoryview:
 
 
 def xxh3_of_tensor(data: torch.Tensor) -> int:
-    """XXH3-64 of a 1-D uint8 tensor's bytes; the streaming hasher releases the GIL."""
-    hasher = xxhash.xxh3_64()
-    if data.numel():
-        hasher.update(tensor_bytes(data))
-    return hasher.intdigest()
+    """XXH3-64 of a 1-D uint8 tensor's bytes (the checksum kernel when built, else the
+    ``xxhash`` package); releases the GIL."""
+    return xxh3_of_bytes(data)
 
 
 _hash_pool: ThreadPoolExecutor | None = None

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from lmserde.frame_checksum import FramedPayload
 from lmserde.keys import ObjectKey
 from lmserde.l2.serde.payload_checksum import (
     CHECKSUM_SEGMENT_BYTES,
@@ -306,9 +307,11 @@ def _confirmed() -> None:
     """The ``confirm()`` of a payload without checksum: nothing to wait for."""
 
 
-def _payload_obj(raw: torch.Tensor) -> TensorMemoryObj:
-    return TensorMemoryObj.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
-                                fmt=MemoryFormat.BINARY_BUFFER)
+def _payload_obj(raw: torch.Tensor, *, reportable: bool = False) -> TensorMemoryObj:
+    """A byte object over ``raw``; ``reportable``: one a serde may report its checksum on."""
+    cls = FramedPayload if reportable else TensorMemoryObj
+    return cls.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
+                    fmt=MemoryFormat.BINARY_BUFFER)
 
 
 class PendingHeader:
@@ -361,25 +364,40 @@ class ObjectFramer:
         """Raise ``ValueError`` when ``layout`` cannot be framed (unknown dtype, > 255 groups)."""
         self._layout_field(layout)
 
-    @staticmethod
-    def payload_view(buffer: MemoryObj, bound: int) -> TensorMemoryObj:
-        """A byte object over the payload region of ``buffer`` (``bound`` bytes at offset 64)."""
+    def payload_view(self, buffer: MemoryObj, bound: int) -> TensorMemoryObj:
+        """A byte object over the payload region of ``buffer`` (``bound`` bytes at offset 64),
+        on which the serde may report the payload checksum when this framer stores one
+        (:mod:`lmserde.frame_checksum`; :meth:`serde_checksum` reads the report)."""
         raw = buffer.raw_data
-        return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound])
+        return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound],
+                            reportable=self.checksum)
+
+    @staticmethod
+    def serde_checksum(payload: MemoryObj, nbytes: int) -> int | None:
+        """The checksum the serde reported on ``payload`` for exactly ``nbytes`` bytes, if any."""
+        return payload.reported_checksum(nbytes) if isinstance(payload, FramedPayload) else None
 
     def seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
-             layout: MemoryLayoutDesc) -> None:
-        """Write the header for ``payload_length`` payload bytes and narrow ``buffer`` to the frame."""
+             layout: MemoryLayoutDesc, *, checksum: int | None = None) -> None:
+        """Write the header for ``payload_length`` payload bytes and narrow ``buffer`` to the frame.
+
+        ``checksum``: the payload checksum when the caller has it (the serde computed it while
+        writing the payload); otherwise it is computed here.
+        """
         raw = buffer.raw_data
         payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
-        checksum = payload_checksum(payload) if self.checksum else None
+        if not self.checksum:
+            checksum = None
+        elif checksum is None:
+            checksum = payload_checksum(payload)
         self._write_header(buffer, payload_length, checksum, key, self._layout_field(layout))
 
     def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
-                      layout: MemoryLayoutDesc) -> PendingHeader:
+                      layout: MemoryLayoutDesc, *, checksum: int | None = None) -> PendingHeader:
         """Like :meth:`seal`, but the payload checksum runs on the checksum threads while the
         caller goes on (an adapter writes the payload); the returned head's ``finish_head()``
-        waits for it and writes the header.
+        waits for it and writes the header. With ``checksum`` given (the serde computed it)
+        nothing runs in the background and ``finish_head()`` writes that.
 
         The buffer is narrowed to the frame now and its header zeroed (no load accepts that)
         until ``finish_head()``. The payload must stay unchanged until then. Only for a framer
@@ -391,9 +409,13 @@ class ObjectFramer:
         raw = buffer.raw_data
         raw[:FRAME_HEADER_BYTES].zero_()
         buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
-        checksum = start_payload_checksum(
-            raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
-        return PendingHeader(checksum, lambda value: self._write_header(
+        if checksum is None:
+            pending = start_payload_checksum(
+                raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
+        else:
+            known = checksum
+            pending = lambda: known  # noqa: E731
+        return PendingHeader(pending, lambda value: self._write_header(
             buffer, payload_length, value, key, layout_bytes))
 
     def _write_header(self, buffer: MemoryObj, payload_length: int, checksum: int | None,
@@ -417,7 +439,8 @@ class ObjectFramer:
         return payload
 
     def open_deferred(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
-                      bound: int) -> tuple[TensorMemoryObj, Callable[[], None]]:
+                      bound: int, *, serde_hashes: bool = False,
+                      ) -> tuple[TensorMemoryObj, Callable[[], None]]:
         """Like :meth:`open`, but the payload checksum runs in the background.
 
         Every header check is done before this returns (and, for a payload of one checksum
@@ -426,6 +449,12 @@ class ObjectFramer:
         (``checksum``) on a mismatch: the caller may decode the payload meanwhile, but must not
         use what it decoded before ``confirm()`` returned. The buffer must stay unchanged until
         then.
+
+        ``serde_hashes``: the serde reports the checksum of the payload it decodes
+        (:mod:`lmserde.frame_checksum`): for a payload over one segment nothing is hashed now,
+        and ``confirm()`` compares the report — or, when the serde reported none for the whole
+        payload, hashes it then. A payload of one segment is still checked here, before any
+        decoding (it is in the cache; the serde is not asked).
         """
         size = buffer.get_size()
         raw = buffer.raw_data
@@ -439,6 +468,17 @@ class ObjectFramer:
         expected = header.payload_checksum
         if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
             return _payload_obj(payload), _confirmed  # the header checksum covers this flag
+        if serde_hashes and payload.numel() > CHECKSUM_SEGMENT_BYTES:
+            view = _payload_obj(payload, reportable=True)
+
+            def confirm_report() -> None:
+                found = self.serde_checksum(view, payload.numel())
+                if found is None:  # the serde did not report on all of it: hash it now
+                    found = payload_checksum(payload)
+                if found != expected:
+                    raise FrameRejected("checksum", "payload checksum mismatch")
+
+            return view, confirm_report
         if payload.numel() <= CHECKSUM_SEGMENT_BYTES:  # one segment, just read into the cache:
             if xxh3_of_tensor(payload) != expected:  # hashing it here beats a hand-off to a thread
                 raise FrameRejected("checksum", "payload checksum mismatch")

@@ -117,6 +117,17 @@ def _layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
     return MemoryLayoutDesc(obj.get_shapes(), obj.get_dtypes())
 
 
+def _reports_payload_checksum(serde: SerdeProcessor) -> bool:
+    """``serde.reports_payload_checksum()``, ``False`` when that raises (a plugin's processor)."""
+    try:
+        return serde.reports_payload_checksum() is True
+    except BaseException as exc:
+        if must_propagate(exc):
+            raise
+        _log.warning("serde wrapper: reports_payload_checksum raised: %s", describe_exception(exc))
+        return False
+
+
 def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
     if serde.size_contract is not None:
         return serde.size_contract
@@ -199,6 +210,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         # the header last.
         self._head_last = (self._framer is not None and self._framer.checksum
                            and adapter_writes_head_last(inner_adapter))
+        # The serde's deserializer hashes the payload while it decodes (lmserde.frame_checksum).
+        self._serde_hashes_loads = (self._framer is not None and self._framer.checksum
+                                    and _reports_payload_checksum(serde))
         self._repair = bool(repair)
         self._in_map = serde.input_slot_mapping()
         self._out_map = serde.output_slot_mapping()
@@ -519,17 +533,21 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                     f"object {i}: wrote {written} bytes under an EXACT size contract "
                     f"(estimate {bound})"
                 )
-        if self._framer is None:
+        framer = self._framer
+        if framer is None:
             return
-        if self._head_last:  # hashed while the inner adapter writes; it writes the header last
-            task.heads = []
-            for temp, payload, key, layout in zip(task.temps, task.payloads, task.keys,
-                                                  task.layouts):
-                task.heads.append(self._framer.seal_deferred(temp, payload.get_size(), key,
-                                                             layout))
+        # A checksum the serde computed while writing the payload is used as it is; the others
+        # are hashed here: while the inner adapter writes (head-last) or before the store.
+        reported = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
+        if self._head_last and any(c is None for c in reported):
+            task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
+                                               checksum=checksum)
+                          for temp, payload, key, layout, checksum in zip(
+                              task.temps, task.payloads, task.keys, task.layouts, reported)]
             return
-        for temp, payload, key, layout in zip(task.temps, task.payloads, task.keys, task.layouts):
-            self._framer.seal(temp, payload.get_size(), key, layout)
+        for temp, payload, key, layout, checksum in zip(task.temps, task.payloads, task.keys,
+                                                        task.layouts, reported):
+            framer.seal(temp, payload.get_size(), key, layout, checksum=checksum)
 
     def _drain_inner_store(self) -> None:
         try:
@@ -746,7 +764,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             key = task.keys[task.positions[j]]
             try:  # header checks now; the payload checksum runs while the serde decodes
                 task.payloads[j], task.confirms[j] = self._framer.open_deferred(
-                    task.temps[j], key, task.layouts[j], task.bounds[j])
+                    task.temps[j], key, task.layouts[j], task.bounds[j],
+                    serde_hashes=self._serde_hashes_loads)
             except FrameRejected as exc:
                 _log.warning("serde wrapper: stored object for key %s refused (%s)",
                              key.chunk_hash.hex(), exc)

@@ -1,0 +1,428 @@
+/*
+ * lmserde._checksum_copy: the stored-object frame's payload checksum, computed in the same pass
+ * as a copy of the payload, and incrementally over bytes fed in order.
+ *
+ * The checksum (pinned; lmserde.l2.serde.payload_checksum is its definition): up to SEGMENT bytes
+ * (the caller passes 4 MiB) the XXH3-64 (seed 0) of the bytes; longer, the XXH3-64 of the
+ * XXH3-64s of the SEGMENT-byte segments (the last one shorter), as little-endian u64s in order.
+ *
+ * Why in one pass: a 32 MiB payload is far larger than the CPU caches, so hashing it after a copy
+ * reads it from memory a second time. Here each 1 KiB block is copied and then hashed while it is
+ * in the L1 cache, with the source prefetched a few KiB ahead so that memory stays busy while the
+ * block is hashed. Copies of at least STREAM_MIN_BYTES write the destination with streaming
+ * (non-temporal) stores from its first 64-byte line on, as glibc's memcpy does for large copies.
+ *
+ * XXH3 is the reference implementation (xxhash.h, BSD-2-Clause, vendored unchanged in
+ * third_party/xxhash). Its long-input loop (accumulate 16 stripes of 64 bytes, scramble) is driven
+ * here block by block exactly as XXH3_hashLong_64b_internal does; the AVX-512, AVX2 and SSE2
+ * variants are xxhash's own, chosen at run time like the copy (all give the same value).
+ * Every entry point releases the GIL. Callers pass raw addresses; the Python layer
+ * (lmserde.frame_checksum) checks sizes and keeps the memory alive.
+ *
+ * C API (capsule C_API, named "lmserde.payload_hasher_api"): a struct {unsigned version (1);
+ * void (*update)(void *hasher, const void *data, size_t n);} through which another extension
+ * feeds a hasher (a capsule named "lmserde.payload_hasher", from lmserde.PayloadHasher) without
+ * the GIL, from inside its own loop over the bytes. The caller keeps the hasher alive and uses
+ * it from one thread at a time.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define CC_X86 1
+#include <immintrin.h>
+#define XXH_X86DISPATCH 1 /* as xxhash's own xxh_x86dispatch.c: every x86 variant, 64-byte alignment */
+#define XXH_DISPATCH_AVX512 1
+#define XXH_DISPATCH_AVX2 1
+#define XXH_TARGET_AVX512 __attribute__((__target__("avx512f")))
+#define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
+#else
+#define CC_X86 0
+#endif
+#define XXH_INLINE_ALL
+#include "third_party/xxhash/xxhash.h"
+
+#define BLOCK_LEN (XXH_STRIPE_LEN * ((sizeof(XXH3_kSecret) - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE))
+#define STRIPES_PER_BLOCK (BLOCK_LEN / XXH_STRIPE_LEN)
+#define PREFETCH_AHEAD 4096
+/* copies into at least this many bytes use streaming stores (smaller ones stay in the cache,
+ * where a reader is likely to find them) */
+#define STREAM_MIN_BYTES ((size_t)2 << 20)
+
+enum { LEVEL_SSE2 = 0, LEVEL_AVX2 = 1, LEVEL_AVX512 = 2 };
+static int g_level = LEVEL_SSE2;
+static unsigned long long g_streamed_copies = 0;
+
+typedef void (*acc_fn)(xxh_u64 *XXH_RESTRICT, const xxh_u8 *XXH_RESTRICT,
+                       const xxh_u8 *XXH_RESTRICT, size_t);
+typedef void (*scramble_fn)(void *XXH_RESTRICT, const void *XXH_RESTRICT);
+
+/* ------------------------------------------------------------------ copy pieces, per SIMD level */
+
+/* Copy [from, to) of src into dst with streaming stores. dst + from is 64-byte aligned and
+ * to - from a multiple of 64 (the callers keep it so). */
+#if CC_X86
+__attribute__((target("avx512f"))) static inline void stream_lines_avx512(
+    uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
+    for (size_t i = from; i < to; i += 64) {
+        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512(src + i));
+    }
+}
+
+__attribute__((target("avx2"))) static inline void stream_lines_avx2(
+    uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
+    for (size_t i = from; i < to; i += 64) {
+        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        __m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
+        _mm256_stream_si256((__m256i *)(dst + i), a);
+        _mm256_stream_si256((__m256i *)(dst + i + 32), b);
+    }
+}
+
+static inline void stream_lines_sse2(uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
+    for (size_t i = from; i < to; i += 64) {
+        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        for (size_t k = 0; k < 64; k += 16)
+            _mm_stream_si128((__m128i *)(dst + i + k),
+                             _mm_loadu_si128((const __m128i *)(src + i + k)));
+    }
+}
+#endif
+
+/* ------------------------------------------------------------- one segment: copy and XXH3-64 */
+
+/* The template of one level: copies src[0:len) to dst (dst may be NULL: hash only) and returns
+ * XXH3-64 of it. `stream` says whether to copy with streaming stores. */
+#define COPY_HASH_TEMPLATE(NAME, ATTR, ACC, SCRAMBLE, STREAM_LINES)                                 \
+    ATTR static uint64_t NAME(uint8_t *dst, const uint8_t *src, size_t len, int stream) {           \
+        if (len <= XXH3_MIDSIZE_MAX) {                                                              \
+            if (dst != NULL && len) memcpy(dst, src, len);                                          \
+            return XXH3_64bits(src, len);                                                           \
+        }                                                                                           \
+        XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;                           \
+        const xxh_u8 *secret = XXH3_kSecret;                                                        \
+        const size_t secret_size = sizeof(XXH3_kSecret);                                            \
+        const size_t nb_blocks = (len - 1) / BLOCK_LEN;                                             \
+        /* copied: how far dst is written; streaming stores start at dst's first line */            \
+        size_t copied = 0;                                                                          \
+        if (dst != NULL && stream) {                                                                \
+            copied = (size_t)((64 - ((uintptr_t)dst & 63)) & 63);                                   \
+            if (copied > len) copied = len;                                                         \
+            memcpy(dst, src, copied);                                                               \
+        }                                                                                           \
+        for (size_t n = 0; n < nb_blocks; n++) {                                                    \
+            const size_t end = (n + 1) * BLOCK_LEN;                                                 \
+            if (dst != NULL) {                                                                      \
+                if (stream) {                                                                       \
+                    if (end > copied) {                                                             \
+                        size_t to = copied + ((end - copied + 63) & ~(size_t)63);                   \
+                        if (to > len) to = copied + ((len - copied) & ~(size_t)63);                 \
+                        STREAM_LINES(dst, src, copied, to);                                         \
+                        copied = to;                                                                \
+                    }                                                                               \
+                } else {                                                                            \
+                    memcpy(dst + n * BLOCK_LEN, src + n * BLOCK_LEN, BLOCK_LEN);                    \
+                    copied = end;                                                                   \
+                }                                                                                   \
+            }                                                                                       \
+            ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                               \
+            SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                                   \
+        }                                                                                           \
+        if (dst != NULL && copied < len) memcpy(dst + copied, src + copied, len - copied);          \
+        {                                                                                           \
+            const size_t done = nb_blocks * BLOCK_LEN;                                              \
+            const size_t nb_stripes = ((len - 1) - done) / XXH_STRIPE_LEN;                          \
+            ACC(acc, src + done, secret, nb_stripes);                                               \
+            XXH3_accumulate_512(acc, src + len - XXH_STRIPE_LEN,                                    \
+                                secret + secret_size - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);  \
+        }                                                                                           \
+        return XXH3_finalizeLong_64b(acc, secret, (xxh_u64)len);                                    \
+    }
+
+#if CC_X86
+COPY_HASH_TEMPLATE(copy_hash_avx512, __attribute__((target("avx512f"))), XXH3_accumulate_avx512,
+                   XXH3_scrambleAcc_avx512, stream_lines_avx512)
+COPY_HASH_TEMPLATE(copy_hash_avx2, __attribute__((target("avx2"))), XXH3_accumulate_avx2,
+                   XXH3_scrambleAcc_avx2, stream_lines_avx2)
+COPY_HASH_TEMPLATE(copy_hash_sse2, , XXH3_accumulate_sse2, XXH3_scrambleAcc_sse2,
+                   stream_lines_sse2)
+#else
+static inline void stream_lines_plain(uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
+    memcpy(dst + from, src + from, to - from);
+}
+COPY_HASH_TEMPLATE(copy_hash_plain, , XXH3_accumulate, XXH3_scrambleAcc, stream_lines_plain)
+#endif
+
+static uint64_t copy_hash_segment(uint8_t *dst, const uint8_t *src, size_t len, int stream) {
+#if CC_X86
+    if (g_level == LEVEL_AVX512) return copy_hash_avx512(dst, src, len, stream);
+    if (g_level == LEVEL_AVX2) return copy_hash_avx2(dst, src, len, stream);
+    return copy_hash_sse2(dst, src, len, stream);
+#else
+    return copy_hash_plain(dst, src, len, stream);
+#endif
+}
+
+/* The payload checksum of src[0:n), copying it to dst unless dst is NULL. */
+static uint64_t copy_checksum(uint8_t *dst, const uint8_t *src, size_t n, size_t segment) {
+    const int stream = dst != NULL && n >= STREAM_MIN_BYTES;
+    uint64_t result;
+    if (n <= segment) {
+        result = copy_hash_segment(dst, src, n, stream);
+    } else {  /* XXH3-64 of the segments' digests as little-endian u64s, fed as they come */
+        XXH3_state_t combined;
+        XXH3_64bits_reset(&combined);
+        for (size_t off = 0; off < n; off += segment) {
+            const size_t len = n - off < segment ? n - off : segment;
+            xxh_u8 le[8];
+            XXH_writeLE64(le, copy_hash_segment(dst ? dst + off : NULL, src + off, len, stream));
+            XXH3_64bits_update(&combined, le, sizeof le);
+        }
+        result = XXH3_64bits_digest(&combined);
+    }
+#if CC_X86
+    if (stream) _mm_sfence();
+#endif
+    return result;
+}
+
+/* ------------------------------------------------------- incremental payload checksum (hasher) */
+
+#if CC_X86
+__attribute__((target("avx512f"))) static void update_avx512(
+    XXH3_state_t *state, const xxh_u8 *input, size_t len) {
+    XXH3_update(state, input, len, XXH3_accumulate_avx512, XXH3_scrambleAcc_avx512);
+}
+__attribute__((target("avx2"))) static void update_avx2(
+    XXH3_state_t *state, const xxh_u8 *input, size_t len) {
+    XXH3_update(state, input, len, XXH3_accumulate_avx2, XXH3_scrambleAcc_avx2);
+}
+#endif
+
+static void xxh3_update(XXH3_state_t *state, const xxh_u8 *input, size_t len) {
+#if CC_X86
+    if (g_level == LEVEL_AVX512) { update_avx512(state, input, len); return; }
+    if (g_level == LEVEL_AVX2) { update_avx2(state, input, len); return; }
+#endif
+    XXH3_64bits_update(state, input, len);
+}
+
+/* The payload checksum of bytes fed in order (see the top of this file). */
+typedef struct {
+    XXH3_state_t *segment;  /* the current segment */
+    XXH3_state_t *digests;  /* the finished segments' digests, little-endian */
+    size_t segment_size;
+    size_t filled;          /* bytes in the current segment */
+    size_t finished;        /* segments finished */
+} payload_hasher;
+
+static void hasher_free(payload_hasher *h) {
+    if (h == NULL) return;
+    XXH3_freeState(h->segment);
+    XXH3_freeState(h->digests);
+    PyMem_RawFree(h);
+}
+
+static payload_hasher *hasher_new(size_t segment_size) {
+    payload_hasher *h = (payload_hasher *)PyMem_RawCalloc(1, sizeof(payload_hasher));
+    if (h == NULL) return NULL;
+    h->segment = XXH3_createState();
+    h->digests = XXH3_createState();
+    if (h->segment == NULL || h->digests == NULL) { hasher_free(h); return NULL; }
+    XXH3_64bits_reset(h->segment);
+    XXH3_64bits_reset(h->digests);
+    h->segment_size = segment_size;
+    return h;
+}
+
+static void end_segment(payload_hasher *h) {
+    xxh_u8 le[8];
+    XXH_writeLE64(le, XXH3_64bits_digest(h->segment));
+    XXH3_64bits_update(h->digests, le, sizeof le);
+    XXH3_64bits_reset(h->segment);
+    h->filled = 0;
+    h->finished++;
+}
+
+/* Feed n bytes; needs no GIL (the C API hands this to other extensions). */
+static void hasher_update(void *opaque, const void *data, size_t n) {
+    payload_hasher *h = (payload_hasher *)opaque;
+    const xxh_u8 *p = (const xxh_u8 *)data;
+    while (n > 0) {
+        if (h->filled == h->segment_size) end_segment(h);  /* more bytes follow a full segment */
+        size_t take = h->segment_size - h->filled;
+        if (take > n) take = n;
+        xxh3_update(h->segment, p, take);
+        h->filled += take;
+        p += take;
+        n -= take;
+    }
+}
+
+static uint64_t hasher_digest(payload_hasher *h) {
+    if (h->finished == 0) return XXH3_64bits_digest(h->segment);
+    XXH3_state_t copy;  /* digest without changing the hasher */
+    XXH3_copyState(&copy, h->digests);
+    xxh_u8 le[8];
+    XXH_writeLE64(le, XXH3_64bits_digest(h->segment));
+    XXH3_64bits_update(&copy, le, sizeof le);
+    return XXH3_64bits_digest(&copy);
+}
+
+static const char *HASHER_CAPSULE = "lmserde.payload_hasher";
+static const char *API_CAPSULE = "lmserde.payload_hasher_api";
+
+/* The C API other extensions use to feed a hasher without the GIL (lmserde-fp8 hashes each
+ * piece of codes it writes or reads). ABI version 1; the layout never changes within a version. */
+typedef struct {
+    unsigned int version;
+    void (*update)(void *hasher, const void *data, size_t n);
+} payload_hasher_api;
+
+static const payload_hasher_api g_api = {1, hasher_update};
+
+static void free_hasher_capsule(PyObject *capsule) {
+    hasher_free((payload_hasher *)PyCapsule_GetPointer(capsule, HASHER_CAPSULE));
+}
+
+static payload_hasher *hasher_of(PyObject *capsule) {
+    return (payload_hasher *)PyCapsule_GetPointer(capsule, HASHER_CAPSULE);
+}
+
+/* ---------------------------------------------------------------------------------- Python API */
+
+PyDoc_STRVAR(copy_checksum_doc,
+             "copy_checksum(dst_addr, src_addr, n, segment) -> int\n"
+             "Copy n bytes from src_addr to dst_addr (0: do not copy) and return the payload\n"
+             "checksum of those bytes with segments of `segment` bytes. The regions must not\n"
+             "overlap.");
+
+static PyObject *py_copy_checksum(PyObject *self, PyObject *args) {
+    unsigned long long dst_addr, src_addr;
+    Py_ssize_t n, segment;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKnn", &dst_addr, &src_addr, &n, &segment)) return NULL;
+    if (n < 0 || segment <= XXH3_MIDSIZE_MAX) {
+        PyErr_SetString(PyExc_ValueError, "copy_checksum: bad length or segment size");
+        return NULL;
+    }
+    if (n > 0 && src_addr == 0) {
+        PyErr_SetString(PyExc_ValueError, "copy_checksum: null source");
+        return NULL;
+    }
+    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
+    uint64_t result;
+    Py_BEGIN_ALLOW_THREADS
+    result = copy_checksum(dst, src, (size_t)n, (size_t)segment);
+    Py_END_ALLOW_THREADS
+    if (dst != NULL && (size_t)n >= STREAM_MIN_BYTES) g_streamed_copies++;
+    return PyLong_FromUnsignedLongLong(result);
+}
+
+static PyObject *py_hasher_new(PyObject *self, PyObject *args) {
+    Py_ssize_t segment;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "n", &segment)) return NULL;
+    if (segment <= 0) {
+        PyErr_SetString(PyExc_ValueError, "hasher_new: the segment size must be positive");
+        return NULL;
+    }
+    payload_hasher *h = hasher_new((size_t)segment);
+    if (h == NULL) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(h, HASHER_CAPSULE, free_hasher_capsule);
+    if (capsule == NULL) hasher_free(h);
+    return capsule;
+}
+
+static PyObject *py_hasher_update(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    unsigned long long addr;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OKn", &capsule, &addr, &n)) return NULL;
+    payload_hasher *h = hasher_of(capsule);
+    if (h == NULL) return NULL;
+    if (n < 0 || (n > 0 && addr == 0)) {
+        PyErr_SetString(PyExc_ValueError, "hasher_update: bad address or length");
+        return NULL;
+    }
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        hasher_update(h, (const void *)(uintptr_t)addr, (size_t)n);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_hasher_digest(PyObject *self, PyObject *capsule) {
+    (void)self;
+    payload_hasher *h = hasher_of(capsule);
+    if (h == NULL) return NULL;
+    return PyLong_FromUnsignedLongLong(hasher_digest(h));
+}
+
+static PyObject *py_streamed_copies(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong(g_streamed_copies);
+}
+
+static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    static const char *names[] = {"sse2", "avx2", "avx512"};
+#if CC_X86
+    return PyUnicode_FromString(names[g_level]);
+#else
+    (void)names;
+    return PyUnicode_FromString("portable");
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"copy_checksum", py_copy_checksum, METH_VARARGS, copy_checksum_doc},
+    {"hasher_new", py_hasher_new, METH_VARARGS,
+     "hasher_new(segment) -> capsule 'lmserde.payload_hasher': the payload checksum of bytes\n"
+     "fed in order, with segments of `segment` bytes"},
+    {"hasher_update", py_hasher_update, METH_VARARGS,
+     "hasher_update(hasher, addr, n): feed n bytes at addr"},
+    {"hasher_digest", py_hasher_digest, METH_O,
+     "hasher_digest(hasher) -> int: the payload checksum of the bytes fed so far"},
+    {"streamed_copies", py_streamed_copies, METH_NOARGS,
+     "streamed_copies() -> int: copies so far that wrote with streaming stores"},
+    {"simd_level", py_simd_level, METH_NOARGS,
+     "simd_level() -> str: the kernels this CPU runs (avx512, avx2, sse2 or portable)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "_checksum_copy",
+    "The stored-object frame's payload checksum, fused with a copy.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__checksum_copy(void) {
+#if CC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) g_level = LEVEL_AVX2;
+    if (__builtin_cpu_supports("avx512f")) g_level = LEVEL_AVX512;
+#endif
+    PyObject *module = PyModule_Create(&moddef);
+    if (module == NULL) return NULL;
+    if (PyModule_AddIntConstant(module, "STREAM_MIN_BYTES", (long)STREAM_MIN_BYTES) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    PyObject *api = PyCapsule_New((void *)&g_api, API_CAPSULE, NULL);
+    if (api == NULL || PyModule_AddObject(module, "C_API", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
