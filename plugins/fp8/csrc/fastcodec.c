@@ -1183,6 +1183,109 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------ coding with the payload checksum in the loop */
+
+/*
+ * lmserde's payload hasher C API (lmserde.hasher_c_api(), ABI version 1): a capsule named
+ * "lmserde.payload_hasher_api" holding this struct; the hasher itself is a capsule named
+ * "lmserde.payload_hasher" (lmserde.PayloadHasher.c_hasher()). update needs no GIL.
+ */
+typedef struct {
+    unsigned int version;
+    void (*update)(void *hasher, const void *data, size_t n);
+} lmserde_payload_hasher_api;
+
+/* Codes per piece: each piece of codes is hashed right after it is written or read, while it
+ * is in the L1 cache. */
+#define HASH_PIECE ((size_t)16 << 10)
+
+static int hasher_args(PyObject *hasher_capsule, PyObject *api_capsule, void **hasher,
+                       const lmserde_payload_hasher_api **api) {
+    *api = (const lmserde_payload_hasher_api *)PyCapsule_GetPointer(
+        api_capsule, "lmserde.payload_hasher_api");
+    if (*api == NULL) return -1;
+    if ((*api)->version < 1 || (*api)->update == NULL) {
+        PyErr_SetString(PyExc_ValueError, "unsupported lmserde payload hasher C API");
+        return -1;
+    }
+    *hasher = PyCapsule_GetPointer(hasher_capsule, "lmserde.payload_hasher");
+    return *hasher == NULL ? -1 : 0;
+}
+
+PyDoc_STRVAR(encode_hashed_doc,
+             "encode_hashed(src_addr, src_kind, dst_addr, n, fp8_kind, level, hasher, api)\n"
+             "encode() of n floats without scales, feeding each piece of codes to lmserde's\n"
+             "payload hasher right after writing it.");
+
+static PyObject *py_encode_hashed(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr;
+    int kind, fp8, level;
+    Py_ssize_t n_values;
+    PyObject *hasher_capsule, *api_capsule;
+    void *hasher;
+    const lmserde_payload_hasher_api *api;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKniiOO", &src_addr, &kind, &dst_addr, &n_values, &fp8, &level,
+                          &hasher_capsule, &api_capsule))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(1, n_values) < 0) return NULL;
+    if (hasher_args(hasher_capsule, api_capsule, &hasher, &api) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
+    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
+    const size_t n = (size_t)n_values, es = elem_size(kind);
+    int lv = effective_level(level);
+    fpenv env;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    for (size_t off = 0; off < n; off += HASH_PIECE) {
+        const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
+        encode_row(src + off * es, kind, dst + off, len, fp8, NULL, lv);
+        api->update(hasher, dst + off, len);
+    }
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(decode_hashed_doc,
+             "decode_hashed(src_addr, fp8_kind, dst_addr, dst_kind, n, level, hasher, api)\n"
+             "decode() of n codes without scales, feeding each piece of codes to lmserde's\n"
+             "payload hasher right after reading it.");
+
+static PyObject *py_decode_hashed(PyObject *self, PyObject *args) {
+    unsigned long long src_addr, dst_addr;
+    int kind, fp8, level;
+    Py_ssize_t n_values;
+    PyObject *hasher_capsule, *api_capsule;
+    void *hasher;
+    const lmserde_payload_hasher_api *api;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKiniOO", &src_addr, &fp8, &dst_addr, &kind, &n_values, &level,
+                          &hasher_capsule, &api_capsule))
+        return NULL;
+    if (check_kinds(kind, fp8) < 0 || check_shape(1, n_values) < 0) return NULL;
+    if (hasher_args(hasher_capsule, api_capsule, &hasher, &api) < 0) return NULL;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
+    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
+    const size_t n = (size_t)n_values, es = elem_size(kind);
+    int lv = effective_level(level);
+    fpenv env;
+    const int stream = use_stream(n * es, lv);
+    int streamed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    fpenv_enter(&env);
+    for (size_t off = 0; off < n; off += HASH_PIECE) {
+        const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
+        streamed |= decode_row(src + off, fp8, dst + off * es, kind, len, NULL, lv, stream);
+        api->update(hasher, src + off, len);
+    }
+    stream_fence(stream);
+    fpenv_leave(&env);
+    Py_END_ALLOW_THREADS
+    g_streamed_decodes += (unsigned long long)streamed;
+    Py_RETURN_NONE;
+}
+
 static int check_scale(float s) {
     if (!(s > 0.0f) || s > FLT_MAX) {
         PyErr_SetString(PyExc_ValueError, "scale must be positive and finite in float32");
@@ -1413,6 +1516,8 @@ static PyMethodDef methods[] = {
      "streaming stores"},
     {"encode", py_encode, METH_VARARGS, encode_doc},
     {"decode", py_decode, METH_VARARGS, decode_doc},
+    {"encode_hashed", py_encode_hashed, METH_VARARGS, encode_hashed_doc},
+    {"decode_hashed", py_decode_hashed, METH_VARARGS, decode_hashed_doc},
     {"absmax", py_absmax, METH_VARARGS, absmax_doc},
     {"finite_absmax", py_finite_absmax, METH_VARARGS, finite_absmax_doc},
     {"encode_scaled", py_encode_scaled, METH_VARARGS, encode_scaled_doc},

@@ -20,6 +20,7 @@ import math
 from typing import Literal
 
 import torch
+from lmserde import PayloadHasher, hasher_c_api
 
 from lmserde_fp8 import kernel, torch_codec
 from lmserde_fp8.float_buffer import FloatBuffer
@@ -33,6 +34,8 @@ __all__ = [
     "fast_path_available",
     "encode",
     "decode",
+    "encode_hashed",
+    "decode_hashed",
     "encode_pow2",
     "decode_pow2",
     "row_absmax",
@@ -121,6 +124,52 @@ def decode(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format,
             codes.data_ptr(), fmt.kernel_id, dst.address(), float_kind(dst.dtype), rows, row_len,
             0 if scales is None else scales.data_ptr(), _level(chosen),
         )
+    dst.commit()
+
+
+def _native_hasher(chosen: Backend, hasher: PayloadHasher) -> tuple[object, object] | None:
+    """The hasher's native handle and the C API when the native kernels can feed it."""
+    if chosen == "torch":
+        return None
+    handle, api = hasher.c_hasher(), hasher_c_api()
+    return None if handle is None or api is None else (handle, api)
+
+
+def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: PayloadHasher,
+                  *, backend: Backend = "auto") -> None:
+    """:func:`encode` without scales, feeding the codes to ``hasher`` as they are written: the
+    native kernel hashes each 16 KiB of codes right after writing it (lmserde's payload hasher
+    C API); otherwise the codes are hashed after the encode."""
+    n = src.numel
+    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
+        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    chosen = _resolve(backend, src.data, out) if n else "torch"
+    native = _native_hasher(chosen, hasher)
+    if native is None:
+        encode(src, out, fmt, backend=backend)
+        hasher.update(out)
+        return
+    kernel.native_module().encode_hashed(src.address(), float_kind(src.dtype), out.data_ptr(), n,
+                                         fmt.kernel_id, _level(chosen), *native)
+    hasher.add_fed(n)
+
+
+def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher: PayloadHasher,
+                  *, backend: Backend = "auto") -> None:
+    """:func:`decode` without scales, feeding the codes to ``hasher`` as they are read (as
+    :func:`encode_hashed` does), then commit."""
+    n = dst.numel
+    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
+        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    chosen = _resolve(backend, codes, dst.data) if n else "torch"
+    native = _native_hasher(chosen, hasher)
+    if native is None:
+        decode(codes, dst, fmt, backend=backend)
+        hasher.update(codes)
+        return
+    kernel.native_module().decode_hashed(codes.data_ptr(), fmt.kernel_id, dst.address(),
+                                         float_kind(dst.dtype), n, _level(chosen), *native)
+    hasher.add_fed(n)
     dst.commit()
 
 

@@ -3,6 +3,12 @@
 ``scaling="none"`` writes LMCache's fp8 format: headerless, one byte per element, the object's
 groups concatenated in order, allocator padding never serialized. The scaled modes write the
 versioned frame of :mod:`lmserde_fp8.frame`. Every estimate is exact for a layout.
+
+Behind the serde wrapper's frame, ``scaling="none"`` computes the frame's payload checksum
+itself (:class:`lmserde.PayloadHasher`) when lmserde's checksum kernel is built: the native
+codec hashes each 16 KiB of codes right after writing or reading it, while it is in the L1
+cache (:func:`~lmserde_fp8.codec.encode_hashed`), instead of leaving the wrapper a second pass
+over the payload. The scaled modes leave the hashing to the wrapper.
 """
 
 from __future__ import annotations
@@ -16,11 +22,24 @@ from lmserde import (
     MemoryLayoutDesc,
     MemoryObj,
     ObjectKey,
+    PayloadHasher,
     Serializer,
     as_byte_tensor,
+    checksum_kernel,
+    report_payload_checksum,
+    wants_payload_checksum,
 )
 
-from lmserde_fp8.codec import Backend, decode, decode_pow2, encode, encode_pow2, row_absmax
+from lmserde_fp8.codec import (
+    Backend,
+    decode,
+    decode_hashed,
+    decode_pow2,
+    encode,
+    encode_hashed,
+    encode_pow2,
+    row_absmax,
+)
 from lmserde_fp8.float_buffer import FloatBuffer
 from lmserde_fp8.formats import Fp8Format, fp8_format
 from lmserde_fp8.frame import HEADER_SIZE, FrameHeader
@@ -34,6 +53,7 @@ from lmserde_fp8.scaling import (
 )
 
 __all__ = ["Fp8QuantizationSerializer", "Fp8QuantizationDeserializer", "scale_count"]
+
 
 
 def scale_count(mode: ScalingMode, shapes: list[torch.Size]) -> int:
@@ -103,10 +123,17 @@ class Fp8QuantizationSerializer(_Fp8Settings, Serializer):
                 f"Fp8 serde: destination buffer too small ({out.numel()} < {size} bytes)"
             )
         if self.mode is ScalingMode.NONE:
+            hasher = PayloadHasher() if wants_payload_checksum(dst) else None
             offset = 0
             for group in groups:
-                encode(group, out[offset : offset + group.numel], self.fmt, backend=self.backend)
+                codes = out[offset : offset + group.numel]
+                if hasher is None:
+                    encode(group, codes, self.fmt, backend=self.backend)
+                else:
+                    encode_hashed(group, codes, self.fmt, hasher, backend=self.backend)
                 offset += group.numel
+            if hasher is not None:
+                report_payload_checksum(dst, size, hasher.digest())
             return size
         header = FrameHeader(self.mode, self.fmt, n, num_scales)
         out[:HEADER_SIZE].copy_(torch.frombuffer(bytearray(header.pack()), dtype=torch.uint8))
@@ -154,6 +181,9 @@ class Fp8QuantizationDeserializer(_Fp8Settings, Deserializer):
     def __init__(self, fp8_dtype: torch.dtype = torch.float8_e4m3fn,
                  scaling: ScalingMode | str = ScalingMode.NONE, *, backend: Backend = "auto") -> None:
         super().__init__(fp8_dtype, scaling, backend)
+        #: ``scaling="none"`` hashes what it decodes (see the module docstring)
+        self.reports_payload_checksum = (self.mode is ScalingMode.NONE
+                                         and checksum_kernel() is not None)
 
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         groups = object_groups(dst, role="dst")
@@ -163,10 +193,17 @@ class Fp8QuantizationDeserializer(_Fp8Settings, Deserializer):
         if self.mode is ScalingMode.NONE:
             if data.numel() < n:
                 raise ValueError(f"Fp8 serde: source buffer too small ({data.numel()} < {n} bytes)")
+            hasher = PayloadHasher() if wants_payload_checksum(src) else None
             offset = 0
             for group in groups:
-                decode(data[offset : offset + group.numel], group, self.fmt, backend=self.backend)
+                codes = data[offset : offset + group.numel]
+                if hasher is None:
+                    decode(codes, group, self.fmt, backend=self.backend)
+                else:
+                    decode_hashed(codes, group, self.fmt, hasher, backend=self.backend)
                 offset += group.numel
+            if hasher is not None:  # of the whole payload only when it holds just the codes
+                report_payload_checksum(src, n, hasher.digest())
             return
         header = FrameHeader.parse(bytes(data[:HEADER_SIZE].tolist()))  # no numpy needed
         if header.num_elements != n:
