@@ -1199,48 +1199,52 @@ typedef struct {
  * is in the L1 cache. */
 #define HASH_PIECE ((size_t)16 << 10)
 
-static int hasher_args(PyObject *hasher_capsule, PyObject *api_capsule, void **hasher,
-                       const lmserde_payload_hasher_api **api) {
-    *api = (const lmserde_payload_hasher_api *)PyCapsule_GetPointer(
+/* The arguments of encode_hashed and decode_hashed (the same for both). */
+typedef struct {
+    unsigned long long src_addr, dst_addr;
+    Py_ssize_t n;
+    int kind, fp8, level;
+    void *hasher;
+    const lmserde_payload_hasher_api *api;
+} hashed_call;
+
+static int parse_hashed_call(PyObject *args, hashed_call *c) {
+    PyObject *hasher_capsule, *api_capsule;
+    if (!PyArg_ParseTuple(args, "KKniiiOO", &c->src_addr, &c->dst_addr, &c->n, &c->kind, &c->fp8,
+                          &c->level, &hasher_capsule, &api_capsule))
+        return -1;
+    if (check_kinds(c->kind, c->fp8) < 0 || check_shape(1, c->n) < 0) return -1;
+    c->api = (const lmserde_payload_hasher_api *)PyCapsule_GetPointer(
         api_capsule, "lmserde.payload_hasher_api");
-    if (*api == NULL) return -1;
-    if ((*api)->version < 1 || (*api)->update == NULL) {
+    if (c->api == NULL) return -1;
+    if (c->api->version < 1 || c->api->update == NULL) {
         PyErr_SetString(PyExc_ValueError, "unsupported lmserde payload hasher C API");
         return -1;
     }
-    *hasher = PyCapsule_GetPointer(hasher_capsule, "lmserde.payload_hasher");
-    return *hasher == NULL ? -1 : 0;
+    c->hasher = PyCapsule_GetPointer(hasher_capsule, "lmserde.payload_hasher");
+    return c->hasher == NULL ? -1 : 0;
 }
 
 PyDoc_STRVAR(encode_hashed_doc,
-             "encode_hashed(src_addr, src_kind, dst_addr, n, fp8_kind, level, hasher, api)\n"
+             "encode_hashed(src_addr, dst_addr, n, float_kind, fp8_kind, level, hasher, api)\n"
              "encode() of n floats without scales, feeding each piece of codes to lmserde's\n"
              "payload hasher right after writing it.");
 
 static PyObject *py_encode_hashed(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr;
-    int kind, fp8, level;
-    Py_ssize_t n_values;
-    PyObject *hasher_capsule, *api_capsule;
-    void *hasher;
-    const lmserde_payload_hasher_api *api;
+    hashed_call c;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KiKniiOO", &src_addr, &kind, &dst_addr, &n_values, &fp8, &level,
-                          &hasher_capsule, &api_capsule))
-        return NULL;
-    if (check_kinds(kind, fp8) < 0 || check_shape(1, n_values) < 0) return NULL;
-    if (hasher_args(hasher_capsule, api_capsule, &hasher, &api) < 0) return NULL;
-    const unsigned char *src = (const unsigned char *)(uintptr_t)src_addr;
-    uint8_t *dst = (uint8_t *)(uintptr_t)dst_addr;
-    const size_t n = (size_t)n_values, es = elem_size(kind);
-    int lv = effective_level(level);
+    if (parse_hashed_call(args, &c) < 0) return NULL;
+    const unsigned char *src = (const unsigned char *)(uintptr_t)c.src_addr;
+    uint8_t *dst = (uint8_t *)(uintptr_t)c.dst_addr;
+    const size_t n = (size_t)c.n, es = elem_size(c.kind);
+    int lv = effective_level(c.level);
     fpenv env;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
     for (size_t off = 0; off < n; off += HASH_PIECE) {
         const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
-        encode_row(src + off * es, kind, dst + off, len, fp8, NULL, lv);
-        api->update(hasher, dst + off, len);
+        encode_row(src + off * es, c.kind, dst + off, len, c.fp8, NULL, lv);
+        c.api->update(c.hasher, dst + off, len);
     }
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
@@ -1248,27 +1252,18 @@ static PyObject *py_encode_hashed(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(decode_hashed_doc,
-             "decode_hashed(src_addr, fp8_kind, dst_addr, dst_kind, n, level, hasher, api)\n"
+             "decode_hashed(src_addr, dst_addr, n, float_kind, fp8_kind, level, hasher, api)\n"
              "decode() of n codes without scales, feeding each piece of codes to lmserde's\n"
              "payload hasher right after reading it.");
 
 static PyObject *py_decode_hashed(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr;
-    int kind, fp8, level;
-    Py_ssize_t n_values;
-    PyObject *hasher_capsule, *api_capsule;
-    void *hasher;
-    const lmserde_payload_hasher_api *api;
+    hashed_call c;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KiKiniOO", &src_addr, &fp8, &dst_addr, &kind, &n_values, &level,
-                          &hasher_capsule, &api_capsule))
-        return NULL;
-    if (check_kinds(kind, fp8) < 0 || check_shape(1, n_values) < 0) return NULL;
-    if (hasher_args(hasher_capsule, api_capsule, &hasher, &api) < 0) return NULL;
-    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
-    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
-    const size_t n = (size_t)n_values, es = elem_size(kind);
-    int lv = effective_level(level);
+    if (parse_hashed_call(args, &c) < 0) return NULL;
+    const uint8_t *src = (const uint8_t *)(uintptr_t)c.src_addr;
+    unsigned char *dst = (unsigned char *)(uintptr_t)c.dst_addr;
+    const size_t n = (size_t)c.n, es = elem_size(c.kind);
+    int lv = effective_level(c.level);
     fpenv env;
     const int stream = use_stream(n * es, lv);
     int streamed = 0;
@@ -1276,8 +1271,8 @@ static PyObject *py_decode_hashed(PyObject *self, PyObject *args) {
     fpenv_enter(&env);
     for (size_t off = 0; off < n; off += HASH_PIECE) {
         const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
-        streamed |= decode_row(src + off, fp8, dst + off * es, kind, len, NULL, lv, stream);
-        api->update(hasher, src + off, len);
+        streamed |= decode_row(src + off, c.fp8, dst + off * es, c.kind, len, NULL, lv, stream);
+        c.api->update(c.hasher, src + off, len);
     }
     stream_fence(stream);
     fpenv_leave(&env);

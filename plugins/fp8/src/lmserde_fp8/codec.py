@@ -149,7 +149,7 @@ def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: P
         encode(src, out, fmt, backend=backend)
         hasher.update(out)
         return
-    kernel.native_module().encode_hashed(src.address(), float_kind(src.dtype), out.data_ptr(), n,
+    kernel.native_module().encode_hashed(src.address(), out.data_ptr(), n, float_kind(src.dtype),
                                          fmt.kernel_id, _level(chosen), *native)
     hasher.add_fed(n)
 
@@ -167,8 +167,8 @@ def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher:
         decode(codes, dst, fmt, backend=backend)
         hasher.update(codes)
         return
-    kernel.native_module().decode_hashed(codes.data_ptr(), fmt.kernel_id, dst.address(),
-                                         float_kind(dst.dtype), n, _level(chosen), *native)
+    kernel.native_module().decode_hashed(codes.data_ptr(), dst.address(), n, float_kind(dst.dtype),
+                                         fmt.kernel_id, _level(chosen), *native)
     hasher.add_fed(n)
     dst.commit()
 
