@@ -211,13 +211,25 @@ static void xxh3_update(XXH3_state_t *state, const xxh_u8 *input, size_t len) {
     XXH3_64bits_update(state, input, len);
 }
 
-/* The payload checksum of bytes fed in order (see the top of this file). */
+/* The payload checksum of bytes fed in order (see the top of this file).
+ *
+ * A hasher may be bound to a range of memory (the payload a serde writes or reads): it then
+ * accepts only that range's bytes, from its start, in order; any other piece (another address,
+ * past the range) marks it broken, and a broken hasher's digest is never used. That is what
+ * lets the serde wrapper trust a checksum a plugin's loop produced: the hasher read the
+ * payload's own memory. */
 typedef struct {
     XXH3_state_t *segment;  /* the current segment */
     XXH3_state_t *digests;  /* the finished segments' digests, little-endian */
     size_t segment_size;
     size_t filled;          /* bytes in the current segment */
     size_t finished;        /* segments finished */
+    uintptr_t base;         /* bound: the range's first byte (0: unbound) */
+    size_t limit;           /* bound: the range's length */
+    size_t fed;             /* bytes fed so far */
+    int broken;             /* a piece was refused */
+    int sealed;             /* the whole digest came from one fused copy (sealed_digest) */
+    uint64_t sealed_digest;
 } payload_hasher;
 
 static void hasher_free(payload_hasher *h) {
@@ -227,7 +239,7 @@ static void hasher_free(payload_hasher *h) {
     PyMem_RawFree(h);
 }
 
-static payload_hasher *hasher_new(size_t segment_size) {
+static payload_hasher *hasher_new(size_t segment_size, uintptr_t base, size_t limit) {
     payload_hasher *h = (payload_hasher *)PyMem_RawCalloc(1, sizeof(payload_hasher));
     if (h == NULL) return NULL;
     h->segment = XXH3_createState();
@@ -236,6 +248,8 @@ static payload_hasher *hasher_new(size_t segment_size) {
     XXH3_64bits_reset(h->segment);
     XXH3_64bits_reset(h->digests);
     h->segment_size = segment_size;
+    h->base = base;
+    h->limit = base ? limit : SIZE_MAX;
     return h;
 }
 
@@ -252,6 +266,12 @@ static void end_segment(payload_hasher *h) {
 static void hasher_update(void *opaque, const void *data, size_t n) {
     payload_hasher *h = (payload_hasher *)opaque;
     const xxh_u8 *p = (const xxh_u8 *)data;
+    if (h->broken || n == 0) return;
+    if (h->sealed || n > h->limit - h->fed || (h->base && (uintptr_t)p != h->base + h->fed)) {
+        h->broken = 1;  /* not the next bytes of the bound range */
+        return;
+    }
+    h->fed += n;
     while (n > 0) {
         if (h->filled == h->segment_size) end_segment(h);  /* more bytes follow a full segment */
         size_t take = h->segment_size - h->filled;
@@ -263,7 +283,27 @@ static void hasher_update(void *opaque, const void *data, size_t n) {
     }
 }
 
+/* Copy n bytes between the bound range's start and `other` (into the range: dir_in) and take the
+ * whole digest from the fused copy; only as the first and only use of a bound hasher. */
+static void hasher_copy_whole(payload_hasher *h, uint8_t *other, size_t n, int dir_in) {
+    if (n == 0 && !h->broken && !h->sealed && h->fed == 0) {  /* an empty range may have no address */
+        h->sealed_digest = XXH3_64bits(NULL, 0);
+        h->sealed = 1;
+        return;
+    }
+    if (h->broken || h->sealed || h->fed != 0 || h->base == 0 || n > h->limit) {
+        h->broken = 1;
+        return;
+    }
+    uint8_t *range = (uint8_t *)h->base;
+    h->sealed_digest = dir_in ? copy_checksum(range, other, n, h->segment_size)
+                              : copy_checksum(other, range, n, h->segment_size);
+    h->sealed = 1;
+    h->fed = n;
+}
+
 static uint64_t hasher_digest(payload_hasher *h) {
+    if (h->sealed) return h->sealed_digest;
     if (h->finished == 0) return XXH3_64bits_digest(h->segment);
     XXH3_state_t copy;  /* digest without changing the hasher */
     XXH3_copyState(&copy, h->digests);
@@ -277,7 +317,9 @@ static const char *HASHER_CAPSULE = "lmserde.payload_hasher";
 static const char *API_CAPSULE = "lmserde.payload_hasher_api";
 
 /* The C API other extensions use to feed a hasher without the GIL (lmserde-fp8 hashes each
- * piece of codes it writes or reads). ABI version 1; the layout never changes within a version. */
+ * piece of codes it writes or reads). ABI version 1. The struct is append-only: a later version
+ * may add members after these, never change or remove them, so a reader of version >= 1 can use
+ * the members it knows. */
 typedef struct {
     unsigned int version;
     void (*update)(void *hasher, const void *data, size_t n);
@@ -325,14 +367,15 @@ static PyObject *py_copy_checksum(PyObject *self, PyObject *args) {
 }
 
 static PyObject *py_hasher_new(PyObject *self, PyObject *args) {
-    Py_ssize_t segment;
+    Py_ssize_t segment, limit = 0;
+    unsigned long long base = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "n", &segment)) return NULL;
-    if (segment <= 0) {
-        PyErr_SetString(PyExc_ValueError, "hasher_new: the segment size must be positive");
+    if (!PyArg_ParseTuple(args, "n|Kn", &segment, &base, &limit)) return NULL;
+    if (segment <= 0 || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "hasher_new: bad segment size or range");
         return NULL;
     }
-    payload_hasher *h = hasher_new((size_t)segment);
+    payload_hasher *h = hasher_new((size_t)segment, (uintptr_t)base, (size_t)limit);
     if (h == NULL) return PyErr_NoMemory();
     PyObject *capsule = PyCapsule_New(h, HASHER_CAPSULE, free_hasher_capsule);
     if (capsule == NULL) hasher_free(h);
@@ -357,6 +400,33 @@ static PyObject *py_hasher_update(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *py_hasher_copy(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    unsigned long long other;
+    Py_ssize_t n;
+    int dir_in;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OKnp", &capsule, &other, &n, &dir_in)) return NULL;
+    payload_hasher *h = hasher_of(capsule);
+    if (h == NULL) return NULL;
+    if (n < 0 || (n > 0 && other == 0)) {
+        PyErr_SetString(PyExc_ValueError, "hasher_copy: bad address or length");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    hasher_copy_whole(h, (uint8_t *)(uintptr_t)other, (size_t)n, dir_in);
+    Py_END_ALLOW_THREADS
+    if (n >= (Py_ssize_t)STREAM_MIN_BYTES && !h->broken) g_streamed_copies++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_hasher_state(PyObject *self, PyObject *capsule) {
+    (void)self;
+    payload_hasher *h = hasher_of(capsule);
+    if (h == NULL) return NULL;
+    return Py_BuildValue("(nO)", (Py_ssize_t)h->fed, h->broken ? Py_False : Py_True);
 }
 
 static PyObject *py_hasher_digest(PyObject *self, PyObject *capsule) {
@@ -387,8 +457,14 @@ static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
 static PyMethodDef methods[] = {
     {"copy_checksum", py_copy_checksum, METH_VARARGS, copy_checksum_doc},
     {"hasher_new", py_hasher_new, METH_VARARGS,
-     "hasher_new(segment) -> capsule 'lmserde.payload_hasher': the payload checksum of bytes\n"
-     "fed in order, with segments of `segment` bytes"},
+     "hasher_new(segment[, base, limit]) -> capsule 'lmserde.payload_hasher': the payload\n"
+     "checksum of bytes fed in order, with segments of `segment` bytes; bound to the memory\n"
+     "range [base, base + limit) when base is given"},
+    {"hasher_copy", py_hasher_copy, METH_VARARGS,
+     "hasher_copy(hasher, other_addr, n, into): copy n bytes between a fresh bound hasher's\n"
+     "range start and other_addr (into the range when `into`), taking the digest from the copy"},
+    {"hasher_state", py_hasher_state, METH_O,
+     "hasher_state(hasher) -> (bytes fed, still valid)"},
     {"hasher_update", py_hasher_update, METH_VARARGS,
      "hasher_update(hasher, addr, n): feed n bytes at addr"},
     {"hasher_digest", py_hasher_digest, METH_O,

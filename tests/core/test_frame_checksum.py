@@ -1,6 +1,7 @@
 """lmserde.frame_checksum: the payload checksum computed in a copy (the C kernel) or incrementally,
 equal to the frame's definition (XXH3-64 through the ``xxhash`` package, segmented at 4 MiB), with
-and without the kernel; and the report a serde makes on a framed payload."""
+and without the kernel; and the hasher bound to a framed payload, which hashes only that
+payload's own bytes."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from lmserde.frame_checksum import (
     PayloadHasher,
     checksum_bytes,
     copy_with_checksum,
-    report_payload_checksum,
-    wants_payload_checksum,
+    payload_hasher,
 )
 
 SEG = CHECKSUM_SEGMENT_BYTES
@@ -133,24 +133,88 @@ def test_bad_tensors_are_refused(bad: torch.Tensor) -> None:
         copy_with_checksum(torch.zeros(15, dtype=torch.uint8), ok)
 
 
-def _payload(n: int) -> FramedPayload:
-    return FramedPayload.from_tensor(torch.zeros(n, dtype=torch.uint8))  # type: ignore[return-value]
+def _payload(data: torch.Tensor) -> FramedPayload:
+    return FramedPayload.from_tensor(data)  # type: ignore[return-value]
 
 
-def test_a_report_is_kept_for_the_bytes_it_covers() -> None:
-    payload = _payload(100)
-    assert payload.reported_checksum(100) is None
-    report_payload_checksum(payload, 100, -1)  # kept as an unsigned 64-bit value
-    assert payload.reported_checksum(100) == (1 << 64) - 1
-    assert payload.reported_checksum(99) is None
-    report_payload_checksum(payload, 60, 5)  # a later report replaces it
-    assert payload.reported_checksum(100) is None and payload.reported_checksum(60) == 5
+needs_kernel = pytest.mark.skipif(frame_checksum.checksum_kernel() is None,
+                                  reason="lmserde was built without its checksum kernel")
 
 
-def test_only_framed_payloads_want_a_checksum(kernel: str) -> None:
+@needs_kernel
+def test_a_bound_hasher_fed_its_payload_in_order_is_verified() -> None:
+    data = SOURCE[:3 * MIB + 5].clone()
+    payload = _payload(data)
+    hasher = payload_hasher(payload)
+    assert hasher is not None and payload_hasher(payload) is hasher  # one per payload
+    for start in range(0, data.numel(), 100_000):
+        hasher.update(data[start:start + 100_000])
+    assert payload.verified_checksum(data.numel()) == definition(data)
+    assert payload.verified_checksum(data.numel() - 1) is None  # not what it covered
+
+
+@needs_kernel
+@pytest.mark.parametrize("how", ["another buffer", "out of order", "past the end", "twice",
+                                 "after a fused copy"])
+def test_a_bound_hasher_hashes_nothing_but_its_own_bytes(how: str) -> None:
+    """A serde cannot make the wrapper accept a checksum of other bytes: any piece that is not
+    the next part of the payload's own memory breaks the hasher, and a broken hasher is never
+    used."""
+    backing = SOURCE[:8193].clone()
+    data = backing[:8192]
+    payload = _payload(data)
+    hasher = payload_hasher(payload)
+    assert hasher is not None
+    if how == "another buffer":
+        hasher.update(data.clone())  # the same bytes, elsewhere
+    elif how == "out of order":
+        hasher.update(data[4096:])
+        hasher.update(data[:4096])
+    elif how == "past the end":
+        hasher.update(backing)  # the payload's bytes and the one after them
+    elif how == "twice":
+        hasher.update(data)
+        hasher.update(data)
+    else:
+        hasher.copy_out(torch.empty(8192, dtype=torch.uint8))
+        hasher.update(data)
+    assert not hasher.valid
+    assert payload.verified_checksum(8192) is None
+    assert payload.verified_checksum(16384) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [0, 100, 5000, 3 * MIB + 7, 9 * MIB])
+def test_fused_copies_in_and_out_of_a_bound_payload(n: int) -> None:
+    src = SOURCE[:n]
+    payload = _payload(torch.zeros(n + 64, dtype=torch.uint8))
+    hasher = payload_hasher(payload)
+    assert hasher is not None
+    hasher.copy_in(src)
+    assert torch.equal(payload.raw_data[:n], src) and not payload.raw_data[n:].any()
+    assert payload.verified_checksum(n) == definition(src)
+    readback = _payload(payload.raw_data[:n].clone())
+    out = torch.empty(n, dtype=torch.uint8)
+    back = payload_hasher(readback)
+    assert back is not None
+    back.copy_out(out)
+    assert torch.equal(out, src) and readback.verified_checksum(n) == definition(src)
+
+
+@needs_kernel
+def test_a_copy_larger_than_the_payload_breaks_the_hasher() -> None:
+    payload = _payload(torch.zeros(100, dtype=torch.uint8))
+    hasher = payload_hasher(payload)
+    assert hasher is not None
+    hasher.copy_in(SOURCE[:101])
+    assert not hasher.valid and not payload.raw_data.any()  # refused: nothing written
+
+
+def test_only_framed_payloads_get_a_hasher(kernel: str) -> None:
     plain = TensorMemoryObj.from_tensor(torch.zeros(8, dtype=torch.uint8))
-    report_payload_checksum(plain, 8, 1)  # a no-op
-    assert not hasattr(plain, "reported_checksum")
-    assert not wants_payload_checksum(plain)
+    assert payload_hasher(plain) is None
     # without the kernel a fused pass has no advantage: serdes copy and the wrapper hashes
-    assert wants_payload_checksum(_payload(8)) == (kernel == "kernel")
+    assert (payload_hasher(_payload(torch.zeros(8, dtype=torch.uint8))) is not None) == (
+        kernel == "kernel")
+    with pytest.raises(ValueError, match="bound"):
+        PayloadHasher().copy_in(torch.zeros(8, dtype=torch.uint8))

@@ -20,8 +20,7 @@ from .frame_checksum import PayloadHasher as PayloadHasher
 from .frame_checksum import checksum_kernel as checksum_kernel
 from .frame_checksum import copy_with_checksum as copy_with_checksum
 from .frame_checksum import hasher_c_api as hasher_c_api
-from .frame_checksum import report_payload_checksum as report_payload_checksum
-from .frame_checksum import wants_payload_checksum as wants_payload_checksum
+from .frame_checksum import payload_hasher as payload_hasher
 from .hooks import HookImplResult as HookImplResult
 from .hooks import call_hookimpls as call_hookimpls
 from .hooks import get_plugin_manager as get_plugin_manager

@@ -35,9 +35,9 @@ class Serializer(ABC):
     version 2), so that a stored-object frame may skip its own checksum. Set it only when any
     change to the bytes, or bytes of another key, is certain to fail ``deserialize``.
 
-    A serializer that writes every output byte in its own pass may also compute the frame's
-    payload checksum there and report it (:mod:`lmserde.frame_checksum`): the serde wrapper then
-    does not hash the payload itself.
+    A serializer that writes every output byte in its own pass may also hash them there, with the
+    hasher :func:`lmserde.payload_hasher` returns for ``dst`` (:mod:`lmserde.frame_checksum`):
+    the serde wrapper then does not hash the payload itself.
     """
 
     authenticates_output: bool = False
@@ -72,11 +72,9 @@ class Deserializer(ABC):
     never from ``len(src)``. Any problem raises; the caller turns it into a miss.
 
     ``reports_payload_checksum`` (class or instance attribute, default ``False``): ``True`` when
-    ``deserialize`` reports the stored-object frame's payload checksum of all of ``src`` through
-    :func:`lmserde.frame_checksum.report_payload_checksum` whenever
-    :func:`~lmserde.frame_checksum.wants_payload_checksum` says so, computed in its own pass
-    over the bytes; the serde wrapper then does not hash loaded payloads itself (it still does
-    when a report is missing).
+    ``deserialize`` feeds all of ``src`` to the hasher :func:`lmserde.payload_hasher` returns for
+    it (whenever it returns one), in its own pass over the bytes; the serde wrapper then does not
+    hash large loaded payloads itself (it still does when the hasher did not cover them).
     """
 
     reports_payload_checksum: bool = False
@@ -224,10 +222,10 @@ class SerdeProcessor(ABC):
         return False
 
     def reports_payload_checksum(self) -> bool:
-        """Whether the deserializer reports the stored-object frame's payload checksum of what
-        it decodes (:mod:`lmserde.frame_checksum`), so that the serde wrapper need not hash loaded
-        payloads itself. A missing report is still checked (the wrapper hashes then). Default
-        ``False``."""
+        """Whether the deserializer hashes the payloads it decodes with their bound hasher
+        (:mod:`lmserde.frame_checksum`), so that the serde wrapper need not hash large loaded
+        payloads itself. Payloads it did not hash are still checked (the wrapper hashes them
+        then). Default ``False``."""
         return False
 
     def serde_pair(self) -> SerdePair | None:

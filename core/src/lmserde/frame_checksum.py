@@ -4,35 +4,41 @@ The serde wrapper frames every stored object with a checksum of its payload (the
 definition in :mod:`lmserde.l2.serde.payload_checksum`, format in
 ``docs/formats/stored-object.md``). By default the wrapper hashes the payload itself, overlapped
 with the adapter's write on store and the serde's decode on load: one more pass over bytes far
-larger than the CPU caches. A serde whose own pass reads or writes every payload byte can compute
-the checksum in that pass instead, while each block is in the L1 cache, and report it::
+larger than the CPU caches. A serde whose own pass writes or reads every payload byte can have
+the checksum computed in that pass instead, while each block is in the L1 cache::
 
     def serialize(self, src, dst, key):
+        hasher = payload_hasher(dst)      # None: not wanted (or no kernel); copy as usual
+        if hasher is not None:
+            hasher.copy_in(data)          # a copy of the whole output, hashed in the copy
+            # or, block by block:  write out[a:b], then hasher.update(out[a:b])
         ...
-        if wants_payload_checksum(dst):
-            report_payload_checksum(dst, n, copy_with_checksum(out[:n], data))
-        else:
-            ...  # the plain copy
 
     class MyDeserializer(Deserializer):
-        reports_payload_checksum = True  # tells the wrapper not to hash loads itself
+        reports_payload_checksum = True   # the wrapper then does not hash large loads itself
 
         def deserialize(self, src, dst, key):
-            if wants_payload_checksum(src):  # report the checksum of the whole payload read
-                report_payload_checksum(src, src.get_size(), copy_with_checksum(out, payload))
+            hasher = payload_hasher(src)
+            if hasher is not None:
+                hasher.copy_out(out)      # or read src block by block, hasher.update(each)
 
-On store the wrapper uses a report that covers exactly the bytes written; on load it compares
-the report with the frame's checksum once the decode has returned, and a mismatch zeroes the
-destination and makes the key a miss, as for any damaged object. A missing report, or one that
-covers another number of bytes, is not an error: the wrapper then hashes the payload itself. A
-wrong report cannot produce a wrong hit: the stored object, or the decoded one, becomes a miss.
+The hasher :func:`payload_hasher` returns is **bound to the payload's memory**: it hashes only
+that range's bytes, from its start, in order (any other piece breaks it), so the checksum it
+yields is always one of the bytes that are there — a serde cannot hand the wrapper a number it
+computed some other way. On store the wrapper uses the digest when the hasher covered exactly
+the bytes written; on load, for a payload over one checksum segment (smaller ones are checked
+before decoding), when it covered the whole payload, and it compares the digest with the
+frame's once the decode has returned: a mismatch zeroes the destination and makes the key a
+miss, as for any damaged object. A hasher not used, broken, or stopped short is not an error:
+the wrapper hashes the payload itself then.
 
 The kernels are ``lmserde._checksum_copy`` (C, built with the core: xxhash's reference XXH3 with
 its AVX-512, AVX2 or SSE2 variant chosen at run time, fused with a copy that streams large
-destinations past the cache). Without that module :func:`wants_payload_checksum` is ``False``
-(a fused pass has no advantage without the kernel, so serdes copy as before and the wrapper
-hashes), and :func:`copy_with_checksum` and :class:`PayloadHasher` still return the right values
-through the ``xxhash`` package.
+destinations past the cache). Native code can feed a bound hasher from inside its own loop
+without the GIL through :func:`hasher_c_api` and :meth:`PayloadHasher.c_hasher` (lmserde-fp8
+does). Without the kernel :func:`payload_hasher` returns ``None`` (a fused pass has no advantage
+then: serdes copy as before and the wrapper hashes); :func:`copy_with_checksum` and an unbound
+:class:`PayloadHasher` still give the right values through the ``xxhash`` package.
 """
 
 from __future__ import annotations
@@ -59,15 +65,12 @@ __all__ = [
     "copy_with_checksum",
     "checksum_kernel",
     "hasher_c_api",
-    "report_payload_checksum",
-    "wants_payload_checksum",
+    "payload_hasher",
     "xxh3_of_bytes",
 ]
 
 #: Payloads longer than this are checksummed as segments of this size.
 CHECKSUM_SEGMENT_BYTES = 4 << 20
-
-_U64 = (1 << 64) - 1
 
 
 def checksum_kernel() -> str | None:
@@ -149,20 +152,24 @@ def copy_with_checksum(dst: torch.Tensor, src: torch.Tensor) -> int:
 
 
 class PayloadHasher:
-    """The payload checksum of bytes fed in order, in pieces of any size: for a serde that
-    produces (or consumes) its payload block by block and hashes each block while it is in the
-    cache. :meth:`digest` is the checksum of all the bytes fed so far. Not thread-safe; one per
-    payload.
+    """The payload checksum of bytes fed in order, in pieces of any size: for code that produces
+    (or consumes) a payload block by block and hashes each block while it is in the cache.
+    :meth:`digest` is the checksum of all the bytes fed so far. Not thread-safe: feed one hasher
+    from one thread at a time (concurrent feeding corrupts its state).
 
-    A native extension can feed it from inside its own loop, without the GIL, through the
-    checksum kernel's C API: :meth:`c_hasher` and :func:`hasher_c_api` (see
-    ``core/csrc/checksum_copy.c``; lmserde-fp8 does that).
+    ``PayloadHasher()`` hashes whatever it is fed. The hasher :func:`payload_hasher` returns is
+    bound to a payload's memory instead (``bound`` is that range, internal): it accepts only the
+    range's bytes, from its start, in order, and is broken by anything else (:attr:`valid`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, bound: tuple[int, int] | None = None) -> None:
         self._total = 0
+        self._bound = bound
+        if bound is not None and _kernel is None:
+            raise RuntimeError("a bound payload hasher needs lmserde's checksum kernel")
         if _kernel is not None:
-            self._native: Any = _kernel.hasher_new(CHECKSUM_SEGMENT_BYTES)
+            base, limit = bound if bound is not None else (0, 0)
+            self._native: Any = _kernel.hasher_new(CHECKSUM_SEGMENT_BYTES, base, limit)
         else:
             self._native = None
             self._digests: list[int] = []
@@ -173,12 +180,11 @@ class PayloadHasher:
         """Feed the next bytes (a contiguous 1-D uint8 CPU tensor; read during the call only)."""
         _check_bytes("data", data)
         n = data.numel()
-        self._total += n
-        if n == 0:
-            return
         if self._native is not None:
-            _kernel.hasher_update(self._native, data.data_ptr(), n)
+            if n:
+                _kernel.hasher_update(self._native, data.data_ptr(), n)
             return
+        self._total += n
         pos = 0
         while pos < n:
             if self._filled == CHECKSUM_SEGMENT_BYTES:  # a full segment is followed by more
@@ -191,14 +197,34 @@ class PayloadHasher:
             self._filled += take
             pos += take
 
-    def add_fed(self, nbytes: int) -> None:
-        """Account for ``nbytes`` fed through the C API (see :meth:`c_hasher`)."""
-        self._total += nbytes
+    def _copy(self, other: torch.Tensor, into: bool) -> None:
+        _check_bytes("the other buffer", other)
+        if self._bound is None:
+            raise ValueError("copy_in/copy_out need a hasher bound to a payload")
+        _kernel.hasher_copy(self._native, other.data_ptr() if other.numel() else 0,
+                            other.numel(), into)
+
+    def copy_in(self, src: torch.Tensor) -> None:
+        """Copy ``src`` to the start of the bound payload and take the checksum from the copy
+        (one fused pass). Only as the hasher's first and only use; otherwise it breaks it."""
+        self._copy(src, True)
+
+    def copy_out(self, dst: torch.Tensor) -> None:
+        """Copy the first ``dst.numel()`` bytes of the bound payload into ``dst`` and take their
+        checksum from the copy (one fused pass); first and only use, as :meth:`copy_in`."""
+        self._copy(dst, False)
 
     @property
     def nbytes(self) -> int:
-        """Bytes fed so far (those fed through the C API once :meth:`add_fed` counted them)."""
+        """Bytes fed so far."""
+        if self._native is not None:
+            return int(_kernel.hasher_state(self._native)[0])
         return self._total
+
+    @property
+    def valid(self) -> bool:
+        """False once a bound hasher was fed anything but the next bytes of its range."""
+        return self._native is None or bool(_kernel.hasher_state(self._native)[1])
 
     def c_hasher(self) -> Any:
         """The native hasher (a capsule named ``lmserde.payload_hasher``) for the C API's
@@ -214,37 +240,39 @@ class PayloadHasher:
 
 def hasher_c_api() -> Any:
     """The checksum kernel's C API capsule (``lmserde.payload_hasher_api``: a version number, 1,
-    then ``void update(void *hasher, const void *data, size_t n)``), or ``None`` without the
-    kernel."""
+    then ``void update(void *hasher, const void *data, size_t n)``; append-only), or ``None``
+    without the kernel."""
     return None if _kernel is None else _kernel.C_API
 
 
 class FramedPayload(TensorMemoryObj):
     """The byte buffer the serde wrapper hands a serde for a framed payload (the region after the
-    frame header; on load, the payload read). It carries the serde's checksum report; serdes
-    use :func:`wants_payload_checksum` and :func:`report_payload_checksum`, not this class."""
+    frame header; on load, the payload read). It owns the bound hasher :func:`payload_hasher`
+    returns; serdes use that function, not this class."""
 
-    _checksum_report: tuple[int, int] | None = None
+    _hasher: PayloadHasher | None = None
 
-    def reported_checksum(self, nbytes: int) -> int | None:
-        """The checksum a serde reported for exactly ``nbytes`` bytes of this buffer, if any."""
-        report = self._checksum_report
-        if report is None or report[0] != nbytes:
+    def payload_hasher(self) -> PayloadHasher:
+        """The hasher bound to this buffer's bytes (one per buffer)."""
+        if self._hasher is None:
+            raw = self.raw_data
+            self._hasher = PayloadHasher(bound=(raw.data_ptr(), raw.numel()))
+        return self._hasher
+
+    def verified_checksum(self, nbytes: int) -> int | None:
+        """The checksum of bytes ``[0, nbytes)`` when this buffer's bound hasher covered exactly
+        them and was never broken; ``None`` otherwise (the caller hashes them then)."""
+        hasher = self._hasher
+        if hasher is None or not hasher.valid or hasher.nbytes != nbytes:
             return None
-        return report[1]
+        return hasher.digest()
 
 
-def wants_payload_checksum(buffer: MemoryObj | Any) -> bool:
-    """Whether ``buffer`` is a payload the serde wrapper frames with a checksum, and the checksum
-    kernel is built: then a serde that reads or writes all of it can compute the checksum in the
-    same pass (:func:`copy_with_checksum`, :class:`PayloadHasher`) and report it."""
-    return _kernel is not None and isinstance(buffer, FramedPayload)
-
-
-def report_payload_checksum(buffer: MemoryObj | Any, nbytes: int, checksum: int) -> None:
-    """Report ``checksum``, the payload checksum of bytes ``[0, nbytes)`` of ``buffer``: on store
-    the bytes the serializer wrote (``nbytes`` its return value), on load the bytes the
-    deserializer read (``nbytes`` the buffer's ``get_size()``). A no-op for any other buffer. A
-    later report replaces an earlier one."""
-    if isinstance(buffer, FramedPayload):
-        buffer._checksum_report = (int(nbytes), int(checksum) & _U64)
+def payload_hasher(buffer: MemoryObj | Any) -> PayloadHasher | None:
+    """The hasher bound to ``buffer``'s bytes when ``buffer`` is a payload the serde wrapper
+    frames with a checksum and the checksum kernel is built; ``None`` otherwise. Feed it the
+    payload's bytes in order as the serde writes (store) or reads (load) them, or use its fused
+    :meth:`~PayloadHasher.copy_in` / :meth:`~PayloadHasher.copy_out`."""
+    if _kernel is None or not isinstance(buffer, FramedPayload):
+        return None
+    return buffer.payload_hasher()

@@ -3,8 +3,8 @@
 Wire format: the source object's logical bytes (``get_size()``), unchanged. EXACT size contract.
 
 Behind the serde wrapper's frame, both directions compute the frame's payload checksum in the
-copy itself (:func:`~lmserde.frame_checksum.copy_with_checksum`: one pass instead of a copy plus
-a hash) and report it, when lmserde's checksum kernel is built.
+copy itself (the payload's bound hasher: one pass instead of a copy plus a hash), when lmserde's
+checksum kernel is built.
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ import torch
 
 from lmserde.base import Deserializer, Serializer
 from lmserde.builtin_plugins import BUILTIN_FACTS
-from lmserde.frame_checksum import (
-    checksum_kernel,
-    copy_with_checksum,
-    report_payload_checksum,
-    wants_payload_checksum,
-)
+from lmserde.frame_checksum import checksum_kernel, payload_hasher
 from lmserde.install_hints import SERDE_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
@@ -45,8 +40,8 @@ def _copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 class IdentitySerializer(Serializer):
-    """Copies the source's bytes into the destination (and reports the payload checksum of the
-    copy when the wrapper wants it)."""
+    """Copies the source's bytes into the destination (hashing them in the copy when the wrapper
+    wants the payload checksum)."""
 
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
         data = as_byte_tensor(src)
@@ -55,8 +50,9 @@ class IdentitySerializer(Serializer):
             raise ValueError(
                 f"identity serde: destination buffer too small ({dst.get_size()} < {n} bytes)"
             )
-        if wants_payload_checksum(dst) and data.device.type == "cpu":
-            report_payload_checksum(dst, n, copy_with_checksum(as_byte_tensor(dst)[:n], data))
+        hasher = payload_hasher(dst)
+        if hasher is not None and data.device.type == "cpu":
+            hasher.copy_in(data)
         elif n:
             _copy_bytes(as_byte_tensor(dst)[:n], data)
         return n
@@ -66,8 +62,8 @@ class IdentitySerializer(Serializer):
 
 
 class IdentityDeserializer(Deserializer):
-    """Copies ``dst.get_size()`` bytes from the source into the destination (and reports the
-    payload checksum of what it read when the wrapper wants it)."""
+    """Copies ``dst.get_size()`` bytes from the source into the destination (hashing them in the
+    copy when the wrapper wants the payload checksum)."""
 
     #: With the checksum kernel, loads are hashed in the copy (see the module docstring).
     reports_payload_checksum = checksum_kernel() is not None
@@ -79,8 +75,9 @@ class IdentityDeserializer(Deserializer):
             raise ValueError(
                 f"identity serde: source buffer too small ({src.get_size()} < {n} bytes)"
             )
-        if wants_payload_checksum(src) and out.device.type == "cpu":
-            report_payload_checksum(src, n, copy_with_checksum(out, as_byte_tensor(src)[:n]))
+        hasher = payload_hasher(src)
+        if hasher is not None and out.device.type == "cpu":
+            hasher.copy_out(out)
         elif n:
             _copy_bytes(out, as_byte_tensor(src)[:n])
 

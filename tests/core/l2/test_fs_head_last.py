@@ -1,8 +1,8 @@
 """Head-last stores on ``fs``: the body goes to the file first, the head last, and an object whose
 head could not be produced is never published.
 
-The wrapper stores head-last when it hashes a payload itself; ``identity`` reports the checksum
-of its own copy (tests/core/l2/test_serde_reported_checksum.py), so these tests switch that off
+The wrapper stores head-last when it hashes a payload itself; ``identity`` hashes in its own copy
+(tests/core/l2/test_serde_reported_checksum.py), so these tests switch that off
 (:func:`_wrapper_hashes`)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _wrapper_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``identity`` copies without reporting a checksum: the wrapper hashes every payload."""
     import lmserde.identity
 
-    monkeypatch.setattr(lmserde.identity, "wants_payload_checksum", lambda buffer: False)
+    monkeypatch.setattr(lmserde.identity, "payload_hasher", lambda buffer: None)
     monkeypatch.setattr(lmserde.identity.IdentityDeserializer, "reports_payload_checksum", False)
 
 

@@ -1,6 +1,6 @@
-"""A serde that computes the frame's payload checksum in its own pass (lmserde.frame_checksum):
-the wrapper then hashes nothing itself, and a wrong, partial or missing report can never make a
-damaged object a hit."""
+"""A serde that hashes its payload in its own pass with the payload's bound hasher
+(lmserde.frame_checksum): the wrapper then hashes nothing itself, and a serde that hashes the
+wrong bytes, part of them or none can never make a damaged object a hit."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from lmserde import (
     ObjectKey,
     SerdeSizeContract,
     as_byte_tensor,
-    copy_with_checksum,
     frame_checksum,
-    report_payload_checksum,
-    wants_payload_checksum,
+    payload_hasher,
 )
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
@@ -139,29 +137,37 @@ def test_a_damaged_payload_is_a_miss_with_a_zeroed_destination(tmp_path: Path,
         assert _load(wrapper, l1, key, THREE_SEGMENTS)[0]
 
 
-class _LyingSerializer(IdentitySerializer):
-    """Reports a checksum one off the truth."""
+class _RemembersChecksums(IdentityDeserializer):
+    """Tries to vouch for a load with the checksum the store computed (a plugin "saving a pass"):
+    it feeds its hasher a pristine copy of the stored bytes instead of the bytes loaded."""
 
-    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
-        n = super().serialize(src, dst, key)
-        report_payload_checksum(dst, n, frame_checksum.checksum_bytes(as_byte_tensor(dst)[:n]) + 1)
-        return n
+    reports_payload_checksum = True
+    pristine: dict[bytes, torch.Tensor] = {}
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        out = as_byte_tensor(dst)
+        out.copy_(as_byte_tensor(src)[:out.numel()])
+        hasher = payload_hasher(src)
+        if hasher is not None:
+            hasher.update(self.pristine[key.chunk_hash])
 
 
-class _PartialReporter(IdentityDeserializer):
-    """Reports the checksum of all but the last byte (an honest report of the wrong range)."""
+class _PartialHasher(IdentityDeserializer):
+    """Hashes all but the last byte (an honest hash of too little)."""
 
     reports_payload_checksum = True
 
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         out, data = as_byte_tensor(dst), as_byte_tensor(src)
         n = out.numel()
-        out[n - 1:].copy_(data[n - 1:n])
-        report_payload_checksum(src, n - 1, copy_with_checksum(out[:n - 1], data[:n - 1]))
+        out.copy_(data[:n])
+        hasher = payload_hasher(src)
+        if hasher is not None:
+            hasher.update(data[:n - 1])
 
 
 class _Silent(IdentityDeserializer):
-    """Says it reports, never does."""
+    """Says it hashes, never does."""
 
     reports_payload_checksum = True
 
@@ -169,17 +175,23 @@ class _Silent(IdentityDeserializer):
         as_byte_tensor(dst).copy_(as_byte_tensor(src)[:dst.get_size()])
 
 
-def test_a_wrong_report_on_store_makes_the_object_a_miss(tmp_path: Path) -> None:
+def test_a_serde_cannot_vouch_with_a_checksum_of_other_bytes(tmp_path: Path) -> None:
+    """The hasher accepts only the payload's own memory: hashing a pristine copy breaks it, the
+    wrapper hashes the loaded bytes itself, and the damaged object is a miss."""
     l1 = L1Manager(1 << 27)
-    with _wrapper(tmp_path, l1, serializer=_LyingSerializer()) as wrapper:
+    with _wrapper(tmp_path, l1, deserializer=_RemembersChecksums()) as wrapper:
         key = adapter_key(4)
-        _store(wrapper, l1, [key], SMALL)
-        hit, loaded = _load(wrapper, l1, key, SMALL)
-        assert not hit and bool(loaded.eq(0x5A).all())  # one segment: refused before decoding
+        _store(wrapper, l1, [key], THREE_SEGMENTS)
+        stored = Path(wrapper.inner_adapter.path_of(key)).read_bytes()  # type: ignore[attr-defined]
+        _RemembersChecksums.pristine[key.chunk_hash] = torch.frombuffer(
+            bytearray(stored[FRAME_HEADER_BYTES:]), dtype=torch.uint8)
+        _damage(wrapper, key, 5 << 20)
+        hit, loaded = _load(wrapper, l1, key, THREE_SEGMENTS)
+        assert not hit and not loaded.any()
         assert wrapper.metrics()["rejections"] == {"checksum": 1}
 
 
-@pytest.mark.parametrize("deserializer", [_PartialReporter, _Silent], ids=["partial", "silent"])
+@pytest.mark.parametrize("deserializer", [_PartialHasher, _Silent], ids=["partial", "silent"])
 def test_without_a_report_of_the_whole_payload_the_wrapper_hashes(
         tmp_path: Path, deserializer: type, wrapper_hashing: dict[str, _Counter]) -> None:
     l1 = L1Manager(1 << 27)
@@ -196,16 +208,39 @@ def test_without_a_report_of_the_whole_payload_the_wrapper_hashes(
 
 
 class _SomeKeys(IdentitySerializer):
-    """Reports a checksum for keys whose chunk hash ends with an even byte only."""
+    """Hashes its copy for keys whose chunk hash ends with an even byte only."""
 
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
         data = as_byte_tensor(src)
         n = data.numel()
-        if key.chunk_hash[-1] % 2 == 0 and wants_payload_checksum(dst):
-            report_payload_checksum(dst, n, copy_with_checksum(as_byte_tensor(dst)[:n], data))
+        hasher = payload_hasher(dst)
+        if key.chunk_hash[-1] % 2 == 0 and hasher is not None:
+            hasher.copy_in(data)
         else:
             as_byte_tensor(dst)[:n].copy_(data)
         return n
+
+
+class _OverHashing(IdentitySerializer):
+    """Hashes its whole copy but says it wrote one byte less (an UPPER_BOUND serde may write
+    less than its estimate): its hash covers more than the output."""
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        return super().serialize(src, dst, key) - 1
+
+
+def test_a_hash_of_more_than_the_output_is_not_used(tmp_path: Path,
+                                                     wrapper_hashing: dict[str, _Counter]) -> None:
+    l1 = L1Manager(1 << 27)
+    processor = AsyncSerdeProcessor(_OverHashing(), IdentityDeserializer(), serde_type="identity")
+    with SerdeL2AdapterWrapper(FSL2Adapter(tmp_path), processor, l1,
+                               size_contract=SerdeSizeContract.UPPER_BOUND) as wrapper:
+        key = adapter_key(12)
+        expected = _store(wrapper, l1, [key], THREE_SEGMENTS)
+        assert wrapper_hashing["start_payload_checksum"].calls == 1  # hashed by the wrapper
+        checksum, payload = _stored_checksum(wrapper, key)
+        assert payload == expected[0][:-1].numpy().tobytes()
+        assert checksum == frame_checksum.checksum_bytes(expected[0][:-1])
 
 
 def test_a_batch_with_reported_and_unreported_payloads(tmp_path: Path,

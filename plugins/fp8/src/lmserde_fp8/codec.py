@@ -151,7 +151,6 @@ def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: P
         return
     kernel.native_module().encode_hashed(src.address(), out.data_ptr(), n, float_kind(src.dtype),
                                          fmt.kernel_id, _level(chosen), *native)
-    hasher.add_fed(n)
 
 
 def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher: PayloadHasher,
@@ -169,7 +168,6 @@ def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher:
         return
     kernel.native_module().decode_hashed(codes.data_ptr(), dst.address(), n, float_kind(dst.dtype),
                                          fmt.kernel_id, _level(chosen), *native)
-    hasher.add_fed(n)
     dst.commit()
 
 

@@ -5,10 +5,10 @@ groups concatenated in order, allocator padding never serialized. The scaled mod
 versioned frame of :mod:`lmserde_fp8.frame`. Every estimate is exact for a layout.
 
 Behind the serde wrapper's frame, ``scaling="none"`` computes the frame's payload checksum
-itself (:class:`lmserde.PayloadHasher`) when lmserde's checksum kernel is built: the native
-codec hashes each 16 KiB of codes right after writing or reading it, while it is in the L1
-cache (:func:`~lmserde_fp8.codec.encode_hashed`), instead of leaving the wrapper a second pass
-over the payload. The scaled modes leave the hashing to the wrapper.
+itself (:func:`lmserde.payload_hasher`) when lmserde's checksum kernel and this package's native
+codec are built: the codec hashes each 16 KiB of codes right after writing or reading it, while
+it is in the L1 cache (:func:`~lmserde_fp8.codec.encode_hashed`), instead of leaving the wrapper
+a second pass over the payload. The scaled modes leave the hashing to the wrapper.
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ from lmserde import (
     MemoryLayoutDesc,
     MemoryObj,
     ObjectKey,
-    PayloadHasher,
     Serializer,
     as_byte_tensor,
     checksum_kernel,
-    report_payload_checksum,
-    wants_payload_checksum,
+    payload_hasher,
 )
 
 from lmserde_fp8.codec import (
@@ -38,6 +36,7 @@ from lmserde_fp8.codec import (
     encode,
     encode_hashed,
     encode_pow2,
+    fast_path_available,
     row_absmax,
 )
 from lmserde_fp8.float_buffer import FloatBuffer
@@ -83,6 +82,12 @@ class _Fp8Settings:
         self.mode = ScalingMode(scaling)
         self.backend: Backend = backend
 
+    def _hashes_payload(self) -> bool:
+        """Whether this serde hashes its payload in its codec loop: ``scaling="none"`` on the
+        native codec (the torch codec would only add a pass the wrapper overlaps better)."""
+        return (self.mode is ScalingMode.NONE and self.backend != "torch"
+                and fast_path_available())
+
     @property
     def fp8_dtype(self) -> torch.dtype:
         return self.fmt.dtype
@@ -123,7 +128,7 @@ class Fp8QuantizationSerializer(_Fp8Settings, Serializer):
                 f"Fp8 serde: destination buffer too small ({out.numel()} < {size} bytes)"
             )
         if self.mode is ScalingMode.NONE:
-            hasher = PayloadHasher() if wants_payload_checksum(dst) else None
+            hasher = payload_hasher(dst) if self._hashes_payload() else None
             offset = 0
             for group in groups:
                 codes = out[offset : offset + group.numel]
@@ -132,8 +137,6 @@ class Fp8QuantizationSerializer(_Fp8Settings, Serializer):
                 else:
                     encode_hashed(group, codes, self.fmt, hasher, backend=self.backend)
                 offset += group.numel
-            if hasher is not None:
-                report_payload_checksum(dst, size, hasher.digest())
             return size
         header = FrameHeader(self.mode, self.fmt, n, num_scales)
         out[:HEADER_SIZE].copy_(torch.frombuffer(bytearray(header.pack()), dtype=torch.uint8))
@@ -182,8 +185,7 @@ class Fp8QuantizationDeserializer(_Fp8Settings, Deserializer):
                  scaling: ScalingMode | str = ScalingMode.NONE, *, backend: Backend = "auto") -> None:
         super().__init__(fp8_dtype, scaling, backend)
         #: ``scaling="none"`` hashes what it decodes (see the module docstring)
-        self.reports_payload_checksum = (self.mode is ScalingMode.NONE
-                                         and checksum_kernel() is not None)
+        self.reports_payload_checksum = self._hashes_payload() and checksum_kernel() is not None
 
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         groups = object_groups(dst, role="dst")
@@ -193,7 +195,7 @@ class Fp8QuantizationDeserializer(_Fp8Settings, Deserializer):
         if self.mode is ScalingMode.NONE:
             if data.numel() < n:
                 raise ValueError(f"Fp8 serde: source buffer too small ({data.numel()} < {n} bytes)")
-            hasher = PayloadHasher() if wants_payload_checksum(src) else None
+            hasher = payload_hasher(src) if self._hashes_payload() else None
             offset = 0
             for group in groups:
                 codes = data[offset : offset + group.numel]
@@ -202,8 +204,6 @@ class Fp8QuantizationDeserializer(_Fp8Settings, Deserializer):
                 else:
                     decode_hashed(codes, group, self.fmt, hasher, backend=self.backend)
                 offset += group.numel
-            if hasher is not None:  # of the whole payload only when it holds just the codes
-                report_payload_checksum(src, n, hasher.digest())
             return
         header = FrameHeader.parse(bytes(data[:HEADER_SIZE].tolist()))  # no numpy needed
         if header.num_elements != n:

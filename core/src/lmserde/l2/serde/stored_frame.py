@@ -366,16 +366,17 @@ class ObjectFramer:
 
     def payload_view(self, buffer: MemoryObj, bound: int) -> TensorMemoryObj:
         """A byte object over the payload region of ``buffer`` (``bound`` bytes at offset 64),
-        on which the serde may report the payload checksum when this framer stores one
-        (:mod:`lmserde.frame_checksum`; :meth:`serde_checksum` reads the report)."""
+        whose bytes the serde may hash in its own pass when this framer stores a checksum
+        (:mod:`lmserde.frame_checksum`; :meth:`serde_checksum` reads the result)."""
         raw = buffer.raw_data
         return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound],
                             reportable=self.checksum)
 
     @staticmethod
     def serde_checksum(payload: MemoryObj, nbytes: int) -> int | None:
-        """The checksum the serde reported on ``payload`` for exactly ``nbytes`` bytes, if any."""
-        return payload.reported_checksum(nbytes) if isinstance(payload, FramedPayload) else None
+        """The checksum of ``payload``'s first ``nbytes`` bytes when the serde's pass computed it
+        with the payload's bound hasher over exactly those bytes, else ``None``."""
+        return payload.verified_checksum(nbytes) if isinstance(payload, FramedPayload) else None
 
     def seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
              layout: MemoryLayoutDesc, *, checksum: int | None = None) -> None:
@@ -450,11 +451,11 @@ class ObjectFramer:
         use what it decoded before ``confirm()`` returned. The buffer must stay unchanged until
         then.
 
-        ``serde_hashes``: the serde reports the checksum of the payload it decodes
-        (:mod:`lmserde.frame_checksum`): for a payload over one segment nothing is hashed now,
-        and ``confirm()`` compares the report — or, when the serde reported none for the whole
-        payload, hashes it then. A payload of one segment is still checked here, before any
-        decoding (it is in the cache; the serde is not asked).
+        ``serde_hashes``: the serde hashes the payload while it decodes, with the payload's bound
+        hasher (:mod:`lmserde.frame_checksum`): for a payload over one segment nothing is hashed
+        now, and ``confirm()`` compares that hasher's digest — or, when it did not cover the whole
+        payload, hashes the payload then. A payload of one segment is still checked here, before
+        any decoding (it is in the cache; the serde is not asked).
         """
         size = buffer.get_size()
         raw = buffer.raw_data
@@ -473,7 +474,7 @@ class ObjectFramer:
 
             def confirm_report() -> None:
                 found = self.serde_checksum(view, payload.numel())
-                if found is None:  # the serde did not report on all of it: hash it now
+                if found is None:  # the serde's pass did not hash all of it: hash it now
                     found = payload_checksum(payload)
                 if found != expected:
                     raise FrameRejected("checksum", "payload checksum mismatch")

@@ -536,8 +536,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         framer = self._framer
         if framer is None:
             return
-        # A checksum the serde computed while writing the payload is used as it is; the others
-        # are hashed here: while the inner adapter writes (head-last) or before the store.
+        # A checksum the serde's pass computed over exactly the payload written (its bound hasher)
+        # is used as it is; the others are hashed here: while the inner adapter writes
+        # (head-last) or before the store.
         reported = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
         if self._head_last and any(c is None for c in reported):
             task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
