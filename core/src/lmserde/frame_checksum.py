@@ -66,6 +66,7 @@ __all__ = [
     "checksum_kernel",
     "hasher_c_api",
     "payload_hasher",
+    "tensor_bytes",
     "xxh3_of_bytes",
 ]
 
@@ -85,15 +86,26 @@ def _check_bytes(name: str, data: torch.Tensor) -> None:
         raise ValueError(f"{name} must be a contiguous 1-D uint8 CPU tensor")
 
 
+def tensor_bytes(data: torch.Tensor) -> memoryview:
+    """A read-only view of a contiguous 1-D uint8 CPU tensor's bytes, without a copy and without
+    NumPy (which torch does not require). The view keeps the tensor alive."""
+    if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
+        raise ValueError("tensor_bytes needs a contiguous 1-D uint8 tensor")
+    n = data.numel()
+    if n == 0:
+        return memoryview(b"")
+    array = (ctypes.c_uint8 * n).from_address(data.data_ptr())
+    array._owner = data  # type: ignore[attr-defined]  # keeps the storage alive with the view
+    return memoryview(array).toreadonly()
+
+
 def _xxh3_bytes(data: torch.Tensor) -> int:
     """XXH3-64 (seed 0) of a checked byte tensor, without a copy; releases the GIL."""
     n = data.numel()
     if _kernel is not None:  # one segment as long as the data: the plain XXH3-64
         return int(_kernel.copy_checksum(0, data.data_ptr() if n else 0, n, max(n, 256)))
-    hasher = xxhash.xxh3_64()
-    if n:
-        array = (ctypes.c_uint8 * n).from_address(data.data_ptr())
-        hasher.update(memoryview(array))
+    hasher = xxhash.xxh3_64()  # the streaming hasher releases the GIL; the one-shot call may not
+    hasher.update(tensor_bytes(data))
     return hasher.intdigest()
 
 
@@ -192,8 +204,7 @@ class PayloadHasher:
                 self._state.reset()
                 self._filled = 0
             take = min(n - pos, CHECKSUM_SEGMENT_BYTES - self._filled)
-            array = (ctypes.c_uint8 * take).from_address(data.data_ptr() + pos)
-            self._state.update(memoryview(array))
+            self._state.update(tensor_bytes(data[pos:pos + take]))
             self._filled += take
             pos += take
 

@@ -18,7 +18,6 @@ can also compute the checksum in its own pass over the payload: :mod:`lmserde.fr
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import xxhash
 
-from lmserde.frame_checksum import CHECKSUM_SEGMENT_BYTES, _combine, xxh3_of_bytes
+from lmserde.frame_checksum import CHECKSUM_SEGMENT_BYTES, _combine, tensor_bytes, xxh3_of_bytes
 
 __all__ = [
     "CHECKSUM_SEGMENT_BYTES",
@@ -44,23 +43,9 @@ def xxh3_64(data: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-def tensor_bytes(data: torch.Tensor) -> memoryview:
-    """A read-only view of a contiguous 1-D uint8 CPU tensor's bytes, without a copy and without
-    NumPy (which torch does not require). The view keeps the tensor alive."""
-    if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
-        raise ValueError("tensor_bytes needs a contiguous 1-D uint8 tensor")
-    n = data.numel()
-    if n == 0:
-        return memoryview(b"")
-    array = (ctypes.c_uint8 * n).from_address(data.data_ptr())
-    array._owner = data  # type: ignore[attr-defined]  # keeps the storage alive with the view
-    return memoryview(array).toreadonly()
-
-
-def xxh3_of_tensor(data: torch.Tensor) -> int:
-    """XXH3-64 of a 1-D uint8 tensor's bytes (the checksum kernel when built, else the
-    ``xxhash`` package); releases the GIL."""
-    return xxh3_of_bytes(data)
+#: XXH3-64 of a 1-D uint8 tensor's bytes (the checksum kernel when built, else the ``xxhash``
+#: package); releases the GIL.
+xxh3_of_tensor = xxh3_of_bytes
 
 
 _hash_pool: ThreadPoolExecutor | None = None
