@@ -103,8 +103,9 @@ Compress = Callable[[np.ndarray], bytes]
 
 
 def _params(level: int) -> zstandard.ZstdCompressionParameters:
-    """python-zstandard's parameters for ``level`` (level 1: the setting used when pyzstd cannot
-    take the Huffman-literals setting of :func:`_level1_pyzstd_options`)."""
+    """python-zstandard's parameters for ``level``. Level 1's is the tuned fast setting: used as
+    it is for planes that are not accelerated (or when pyzstd cannot take the acceleration), and
+    the base of :func:`_level1_pyzstd_options`."""
     if level == 1:
         return zstandard.ZstdCompressionParameters.from_level(
             1, strategy=zstandard.STRATEGY_FAST, hash_log=6, window_log=17, min_match=7,
@@ -117,13 +118,14 @@ def _params(level: int) -> zstandard.ZstdCompressionParameters:
 
 
 def _level1_pyzstd_options() -> dict[int, int]:
-    """Accelerated level 1 through pyzstd: the fast strategy accelerated to almost no match
-    search, Huffman literals kept on (see ``docs/plugins/zstd.md``: a bf16 exponent plane
-    compresses about 20 % faster, to the same size)."""
-    p = pyzstd.CParameter
-    return {p.strategy: 1, p.hashLog: 6, p.minMatch: 7, p.windowLog: 17,
-            p.targetLength: _LEVEL1_ACCELERATION, p.checksumFlag: 0, p.contentSizeFlag: 1,
-            p.dictIDFlag: 0, _LITERAL_COMPRESSION_MODE: _PS_ENABLE}
+    """Accelerated level 1 through pyzstd: level 1's setting (:func:`_params`) accelerated to
+    almost no match search, Huffman literals kept on (see ``docs/plugins/zstd.md``: a bf16
+    exponent plane compresses about 20 % faster, to the same size)."""
+    p, tuned = pyzstd.CParameter, _params(1)
+    return {p.strategy: tuned.strategy, p.hashLog: tuned.hash_log, p.minMatch: tuned.min_match,
+            p.windowLog: tuned.window_log, p.targetLength: _LEVEL1_ACCELERATION,
+            p.checksumFlag: 0, p.contentSizeFlag: 1, p.dictIDFlag: 0,
+            _LITERAL_COMPRESSION_MODE: _PS_ENABLE}
 
 
 def _level1_pyzstd() -> Compress | None:
