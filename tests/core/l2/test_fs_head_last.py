@@ -2,7 +2,7 @@
 head could not be produced is never published.
 
 The wrapper stores head-last when it hashes a payload itself; ``identity`` hashes in its own copy
-(tests/core/l2/test_serde_reported_checksum.py), so these tests switch that off
+(tests/core/l2/test_serde_hashed_payload.py), so these tests switch that off
 (:func:`_wrapper_hashes`)."""
 
 from __future__ import annotations

@@ -307,9 +307,10 @@ def _confirmed() -> None:
     """The ``confirm()`` of a payload without checksum: nothing to wait for."""
 
 
-def _payload_obj(raw: torch.Tensor, *, reportable: bool = False) -> TensorMemoryObj:
-    """A byte object over ``raw``; ``reportable``: one a serde may report its checksum on."""
-    cls = FramedPayload if reportable else TensorMemoryObj
+def _payload_obj(raw: torch.Tensor, *, serde_hashes: bool = False) -> TensorMemoryObj:
+    """A byte object over ``raw``; ``serde_hashes``: one with a bound hasher for the serde
+    (:class:`~lmserde.frame_checksum.FramedPayload`)."""
+    cls = FramedPayload if serde_hashes else TensorMemoryObj
     return cls.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
                     fmt=MemoryFormat.BINARY_BUFFER)
 
@@ -370,7 +371,7 @@ class ObjectFramer:
         (:mod:`lmserde.frame_checksum`; :meth:`serde_checksum` reads the result)."""
         raw = buffer.raw_data
         return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound],
-                            reportable=self.checksum)
+                            serde_hashes=self.checksum)
 
     @staticmethod
     def serde_checksum(payload: MemoryObj, nbytes: int) -> int | None:
@@ -470,16 +471,16 @@ class ObjectFramer:
         if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
             return _payload_obj(payload), _confirmed  # the header checksum covers this flag
         if serde_hashes and payload.numel() > CHECKSUM_SEGMENT_BYTES:
-            view = _payload_obj(payload, reportable=True)
+            view = _payload_obj(payload, serde_hashes=True)
 
-            def confirm_report() -> None:
+            def confirm_serde_hash() -> None:
                 found = self.serde_checksum(view, payload.numel())
                 if found is None:  # the serde's pass did not hash all of it: hash it now
                     found = payload_checksum(payload)
                 if found != expected:
                     raise FrameRejected("checksum", "payload checksum mismatch")
 
-            return view, confirm_report
+            return view, confirm_serde_hash
         if payload.numel() <= CHECKSUM_SEGMENT_BYTES:  # one segment, just read into the cache:
             if xxh3_of_tensor(payload) != expected:  # hashing it here beats a hand-off to a thread
                 raise FrameRejected("checksum", "payload checksum mismatch")

@@ -539,15 +539,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         # A checksum the serde's pass computed over exactly the payload written (its bound hasher)
         # is used as it is; the others are hashed here: while the inner adapter writes
         # (head-last) or before the store.
-        reported = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
-        if self._head_last and any(c is None for c in reported):
+        hashed = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
+        if self._head_last and any(c is None for c in hashed):
             task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
                                                checksum=checksum)
                           for temp, payload, key, layout, checksum in zip(
-                              task.temps, task.payloads, task.keys, task.layouts, reported)]
+                              task.temps, task.payloads, task.keys, task.layouts, hashed)]
             return
         for temp, payload, key, layout, checksum in zip(task.temps, task.payloads, task.keys,
-                                                        task.layouts, reported):
+                                                        task.layouts, hashed):
             framer.seal(temp, payload.get_size(), key, layout, checksum=checksum)
 
     def _drain_inner_store(self) -> None:
