@@ -167,9 +167,12 @@ static uint64_t copy_hash_segment(uint8_t *dst, const uint8_t *src, size_t len, 
 #endif
 }
 
+/* Whether copy_checksum writes dst with streaming stores. */
+static int copy_streams(const void *dst, size_t n) { return dst != NULL && n >= STREAM_MIN_BYTES; }
+
 /* The payload checksum of src[0:n), copying it to dst unless dst is NULL. */
 static uint64_t copy_checksum(uint8_t *dst, const uint8_t *src, size_t n, size_t segment) {
-    const int stream = dst != NULL && n >= STREAM_MIN_BYTES;
+    const int stream = copy_streams(dst, n);
     uint64_t result;
     if (n <= segment) {
         result = copy_hash_segment(dst, src, n, stream);
@@ -362,7 +365,7 @@ static PyObject *py_copy_checksum(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     result = copy_checksum(dst, src, (size_t)n, (size_t)segment);
     Py_END_ALLOW_THREADS
-    if (dst != NULL && (size_t)n >= STREAM_MIN_BYTES) g_streamed_copies++;
+    if (copy_streams(dst, (size_t)n)) g_streamed_copies++;
     return PyLong_FromUnsignedLongLong(result);
 }
 
@@ -418,7 +421,7 @@ static PyObject *py_hasher_copy(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     hasher_copy_whole(h, (uint8_t *)(uintptr_t)other, (size_t)n, dir_in);
     Py_END_ALLOW_THREADS
-    if (n >= (Py_ssize_t)STREAM_MIN_BYTES && !h->broken) g_streamed_copies++;
+    if (!h->broken && copy_streams((const void *)(uintptr_t)other, (size_t)n)) g_streamed_copies++;
     Py_RETURN_NONE;
 }
 
