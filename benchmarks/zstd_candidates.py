@@ -27,12 +27,14 @@ Candidates:
 * ``split + zstd <setting> top plane``: the plugin's native split (``lmserde_zstd.planes``), the
   top plane compressed by libzstd at ``<setting>`` (level 1; the negative levels -1, -3, -5,
   which turn zstd's Huffman coding of literals off; ``tuned``: the fast strategy with a
-  64-entry hash table, a 7-byte minimum match and a 128 KiB window, formerly level 1, now its
-  fallback; and ``tuned accelerated``: the same accelerated to almost no match search, Huffman
-  literals kept on, level 1 now), decoded straight into a scratch
-  plane and merged natively;
-* ``lmserde planes (codec 2)``: the serde's default codec end to end (per-plane sample decision,
-  every plane that pays coded with the tuned setting);
+  64-entry hash table, a 7-byte minimum match and a 128 KiB window: level 1 for planes with
+  repeats, and without the native kernel), decoded straight into a scratch plane and merged
+  natively; ``split + literal-only top plane``: the same with the top plane coded by zstd's
+  Huffman coder alone into a literal-only zstd frame (``lmserde_zstd.planes.encode_planes``, not
+  fused with the split here);
+* ``lmserde planes (codec 2)``: the serde's default codec end to end (per-plane sample decision;
+  at level 1 planes Huffman coding serves are literal-only frames fused with the split and merge,
+  others the tuned setting);
 * ``zipnn``: ZipNN's byte grouping plus Huffman coding of the exponent plane.
 """
 
@@ -110,9 +112,22 @@ def _native_candidates(itemsize: int) -> dict[str, tuple[Encode, Decode]]:
             compression_params=zstandard.ZstdCompressionParameters.from_level(lvl)).compress
         for lvl in (1, -1, -3, -5)}
     levels["tuned"] = zstandard.ZstdCompressor(compression_params=plane_codec._params(1)).compress
-    levels["tuned accelerated"] = plane_codec.make_compressor(1)
+    if planes.literal_frames_available():
+        frame_out = np.empty(0, dtype=np.uint8)
+
+        def literal_frame(plane: np.ndarray) -> bytes:
+            nonlocal frame_out
+            if frame_out.size < plane.size:
+                frame_out = np.empty(plane.size, dtype=np.uint8)
+            n = planes.encode_planes(plane, 1, [frame_out[:plane.size]], [True])[0]
+            assert n > 0
+            return frame_out[:n].tobytes()
+
+        levels["literal-only"] = literal_frame
     for name, compress in levels.items():
-        found[f"split + zstd {name} top plane"] = top_plane(compress)
+        label = "split + literal-only top plane" if name == "literal-only" else \
+            f"split + zstd {name} top plane"
+        found[label] = top_plane(compress)
 
     def codec2_enc(x: torch.Tensor) -> Any:
         out = out_for(x)

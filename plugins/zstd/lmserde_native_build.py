@@ -11,7 +11,9 @@ What it guarantees, for every distribution alike:
 
 * the same compiler flags (:data:`COMPILE_ARGS`): ``-O3``, C11 with GNU extensions, IEEE
   arithmetic (no fast-math, no fused multiply-add contraction) — the codecs' bytes depend on
-  rounding; SIMD levels are chosen at run time, so no ``-march``;
+  rounding; SIMD levels are chosen at run time, so no ``-march``; symbols hidden except the
+  module's init function, so vendored C libraries (zstd's Huffman coder in lmserde-zstd) can
+  neither clash with nor bind to another copy loaded in the process;
 * a compiler problem never passes silently: the install still succeeds (the distribution then
   runs its pure-Python fallback, same results, slower) but a warning naming the extension and
   the reason is printed (pip shows build output with ``-v``; ``lmserde info TYPE`` shows a
@@ -35,7 +37,8 @@ __all__ = ["COMPILE_ARGS", "REQUIRE_ENV", "NativeBuildError", "native_required",
            "native_setup_kwargs"]
 
 #: Flags added on GCC/Clang (compiler type ``unix``).
-COMPILE_ARGS: tuple[str, ...] = ("-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math")
+COMPILE_ARGS: tuple[str, ...] = ("-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math",
+                                 "-fvisibility=hidden")
 #: Set to 1 to turn "extension not built" from a warning into a build error.
 REQUIRE_ENV = "LMSERDE_REQUIRE_NATIVE"
 
@@ -75,6 +78,10 @@ def _build_ext_class(distribution: str) -> type[build_ext]:
         def build_extension(self, ext: Extension) -> None:
             if self.compiler.compiler_type == "unix":
                 ext.extra_compile_args = [*ext.extra_compile_args, *COMPILE_ARGS]
+                # assembly sources (``.S``, run through the C preprocessor by the compiler
+                # driver), e.g. zstd's Huffman decoder vendored by lmserde-zstd
+                if ".S" not in self.compiler.src_extensions:
+                    self.compiler.src_extensions.append(".S")
             try:
                 super().build_extension(ext)
             except Exception as exc:  # any compiler or linker failure

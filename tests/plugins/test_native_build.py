@@ -87,9 +87,9 @@ def _build(plugin: str, tmp_path: Path, **env: str) -> tuple[subprocess.Complete
 
 
 def _flags(command_line: str) -> list[str]:
-    """The optimisation/standard/float flags of one compiler call, in order."""
-    return [a for a in command_line.split() if a.startswith(("-O", "-std", "-ffp", "-fno-fast"))
-            and a != "-O"]
+    """The optimisation/standard/float/visibility flags of one compiler call, in order."""
+    return [a for a in command_line.split()
+            if a.startswith(("-O", "-std", "-ffp", "-fno-fast", "-fvisibility")) and a != "-O"]
 
 
 def test_both_plugins_compile_with_the_same_flags_and_warn_when_not_built(

@@ -1,5 +1,6 @@
 /*
- * lmserde_zstd._planes: byte-plane split and merge (the only hand-written part of the zstd serde).
+ * lmserde_zstd._planes, part 1: byte-plane split and merge (part 2, literal_frames.c, codes planes
+ * with zstd's Huffman coder fused with these kernels).
  *
  * split(src, element_size, planes):  for n = len(src) // element_size elements, plane p receives
  *     byte p of every element: planes[p][i] = src[i * element_size + p]  (i < n). Bytes of src past
@@ -27,6 +28,8 @@
 #else
 #define PLANES_HAVE_SSE2 0
 #endif
+
+#include "planes_kernels.h"
 
 #define MAX_PLANES 8
 
@@ -202,7 +205,7 @@ static size_t merge_sse2(const uint8_t *const *pl, size_t n, size_t es, uint8_t 
 
 static int g_portable_only = 0; /* set by set_portable(True): the scalar loop for every element */
 
-static void do_split(const uint8_t *src, size_t n, size_t es, uint8_t *const *planes) {
+void planes_split(const uint8_t *src, size_t n, size_t es, uint8_t *const *planes) {
     size_t done = 0;
     if (es == 1) {
         if (n) memcpy(planes[0], src, n);
@@ -217,7 +220,9 @@ static void do_split(const uint8_t *src, size_t n, size_t es, uint8_t *const *pl
 /* Merges written with non-temporal stores, for the tests; counted with the GIL held. */
 static unsigned long long g_streamed_merges = 0;
 
-static int stream_wanted(size_t n, size_t es, const uint8_t *dst) {
+void planes_count_streamed(void) { g_streamed_merges++; }
+
+int planes_stream_wanted(size_t n, size_t es, const uint8_t *dst) {
 #if PLANES_HAVE_SSE2
     return !g_portable_only && es != 1 && n * es >= STREAM_MIN_BYTES && can_stream(es, dst);
 #else
@@ -228,7 +233,7 @@ static int stream_wanted(size_t n, size_t es, const uint8_t *dst) {
 #endif
 }
 
-static void do_merge(const uint8_t *const *planes, size_t n, size_t es, uint8_t *dst, int stream) {
+void planes_merge(const uint8_t *const *planes, size_t n, size_t es, uint8_t *dst, int stream) {
     size_t done = 0;
     if (es == 1) {
         if (n) memcpy(dst, planes[0], n);
@@ -303,7 +308,7 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
     }
     for (int p = 0; p < es; p++) planes[p] = (uint8_t *)views[p].buf;
     Py_BEGIN_ALLOW_THREADS
-    do_split((const uint8_t *)src.buf, n, (size_t)es, planes);
+    planes_split((const uint8_t *)src.buf, n, (size_t)es, planes);
     Py_END_ALLOW_THREADS
     for (int p = 0; p < es; p++) PyBuffer_Release(&views[p]);
     PyBuffer_Release(&src);
@@ -333,10 +338,10 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
         return NULL;
     }
     for (int p = 0; p < es; p++) planes[p] = (const uint8_t *)views[p].buf;
-    const int stream = stream_wanted(n, (size_t)es, (const uint8_t *)dst.buf);
-    if (stream) g_streamed_merges++;
+    const int stream = planes_stream_wanted(n, (size_t)es, (const uint8_t *)dst.buf);
+    if (stream) planes_count_streamed();
     Py_BEGIN_ALLOW_THREADS
-    do_merge(planes, n, (size_t)es, (uint8_t *)dst.buf, stream);
+    planes_merge(planes, n, (size_t)es, (uint8_t *)dst.buf, stream);
     Py_END_ALLOW_THREADS
     for (int p = 0; p < es; p++) PyBuffer_Release(&views[p]);
     PyBuffer_Release(&dst);
@@ -382,6 +387,11 @@ static struct PyModuleDef moddef = {
 PyMODINIT_FUNC PyInit__planes(void) {
     PyObject *module = PyModule_Create(&moddef);
     if (module == NULL) return NULL;
+    if (PyModule_AddFunctions(module, literal_frame_methods) < 0 ||
+        literal_frames_init(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
 #if PLANES_HAVE_SSE2
     const long stream_min = (long)STREAM_MIN_BYTES;
 #else

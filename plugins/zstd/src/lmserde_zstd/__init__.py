@@ -11,7 +11,7 @@ from lmserde_zstd.frame import HEADER_SIZE, FrameError, FrameHeader, Shuffle
 from lmserde_zstd.serde import DEFAULT_MIN_SAVING, ZstdDeserializer, ZstdSerializer
 from lmserde_zstd.spec import ZSTD_OPTIONS, ZSTD_SPEC, create_zstd_processor
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "DEFAULT_MIN_SAVING",

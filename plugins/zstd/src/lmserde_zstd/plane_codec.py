@@ -1,26 +1,23 @@
-"""Codec 2, ``planes``: byte planes, zstd on the planes that pay, the others stored as they are.
+"""Codec 2, ``planes``: byte planes, the planes that pay coded, the others stored as they are.
 
 Why: in a float the sign/exponent byte is redundant and the mantissa bytes are close to random
 (bf16 KV: about 3.3 and 7.97 bits of entropy per byte). Compressing every byte (codec 1, blosc2)
 spends most of the time searching matches in random bytes; here the input is split into byte
-planes (:mod:`lmserde_zstd.planes`, native), a small sample of each plane is compressed to decide
-whether the plane is worth coding, and only those planes go through libzstd. Level 1 uses
-zstd's fast strategy with a 64-entry hash table and a 7-byte minimum match (on KV exponent
-planes about 2.5x faster than zstd level 1 and slightly smaller). A plane whose sample
-compresses 2x or more (bf16 and fp32 exponents) is coded with that setting accelerated so far
-that it barely searches for matches, Huffman-coded literals kept on (zstd's experimental
-literal-compression mode, which ``pyzstd`` passes on): zstd then works as a Huffman coder of the
-plane's bytes, whose redundancy is their skewed distribution, not repeats, and a bf16 chunk
-encodes 14-22 % faster at the same ratio. Where pyzstd cannot take that setting (libzstd older
-than 1.5, or a pyzstd that refuses the parameter) the plane gets the unaccelerated setting
-(same format, slower). Levels 2-9 are zstd's own levels. The measurements are in
-``docs/plugins/zstd.md``.
+planes, a small sample of each plane is compressed to decide whether the plane is worth coding,
+and only those planes are coded. Every coded plane is one zstd frame, written one of two ways:
 
-Two bindings of libzstd (both release the GIL; the frames are plain zstd frames, so either
-decodes the other's): ``zstandard`` encodes (its build measured faster than pyzstd's where
-both run the same setting) except the accelerated planes, and ``pyzstd`` decodes — its bundled
-libzstd is built with zstd's x86-64 assembly Huffman decoder, which ``zstandard``'s build leaves
-out, and restores a bf16 exponent plane about 16 % faster.
+* **literal-only** (level 1, native kernel, :func:`lmserde_zstd.planes.encode_planes`): zstd's
+  Huffman coder alone, on 128 KiB blocks, fused with the split; for planes whose redundancy is
+  their byte distribution (exponent planes, fp8 codes), chosen when it codes the sample within
+  :data:`LITERAL_SLACK` of libzstd's size. Decoded natively block by block, fused with the merge.
+* **libzstd** (python-zstandard encodes, pyzstd decodes: its build has zstd's x86-64 assembly
+  Huffman decoder): planes with repeats, levels 2-9, and writers without the native kernel.
+  Level 1 is zstd's fast strategy with a 64-entry hash table and a 7-byte minimum match (on KV
+  exponent planes about 2.5x faster than zstd level 1 and slightly smaller).
+
+The frames are plain zstd frames: any zstd decoder reads either kind, and a reader without the
+native kernel decodes literal-only frames with libzstd. The measurements are in
+``docs/plugins/zstd.md``.
 
 Payload (after the frame header), for element size ``E`` (1, 2, 4 or 8), raw length ``N``,
 ``P = N // E`` elements and ``N % E`` tail bytes::
@@ -85,27 +82,18 @@ def plane_element_size(itemsize: int) -> int:
     return next(e for e in (8, 4, 2, 1) if itemsize % e == 0)
 
 
-#: zstd's ``ZSTD_c_literalCompressionMode`` (``ZSTD_c_experimentalParam5`` in zstd.h, the same
-#: number since zstd 1.4) and its ``ZSTD_ps_enable``: keep Huffman-coded literals when the fast
-#: strategy is accelerated (zstd switches them off then by default).
-_LITERAL_COMPRESSION_MODE = 1002
-_PS_ENABLE = 1
-#: The fast strategy's acceleration (``targetLength``) at level 1: a match search that starts
-#: every 4097 bytes finds almost nothing, which leaves zstd a Huffman coder of the plane's bytes.
-_LEVEL1_ACCELERATION = 4096
-#: Level 1 accelerates a plane whose sample compresses at least this much: exponent planes of bf16
-#: and fp32 (about 3x), where the unaccelerated match finder spends its time on short repeats that
-#: save nothing. Planes that compress less (the fp16 top plane 1.4x, fp8 codes 1.2x) have no such
-#: repeats, and there pyzstd's build of libzstd measured 3-20 % slower than python-zstandard's.
-_ACCELERATE_MIN_RATIO = 2.0
+#: At level 1, a plane worth coding is written as a literal-only frame (zstd's Huffman coder alone,
+#: :func:`lmserde_zstd.planes.encode_planes`) when that codes its sample at most this much larger
+#: than zstd's level 1 does: the plane's redundancy is then its skewed byte distribution, not
+#: repeats (exponent planes), and skipping the match search codes it about twice as fast.
+LITERAL_SLACK = 1 / 32
 
 Compress = Callable[[np.ndarray], bytes]
 
 
 def _params(level: int) -> zstandard.ZstdCompressionParameters:
-    """python-zstandard's parameters for ``level``. Level 1's is the tuned fast setting: used as
-    it is for planes that are not accelerated (or when pyzstd cannot take the acceleration), and
-    the base of :func:`_level1_pyzstd_options`."""
+    """python-zstandard's parameters for ``level``: level 1 is the tuned fast setting, levels 2-9
+    zstd's own with the window capped to what readers accept."""
     if level == 1:
         return zstandard.ZstdCompressionParameters.from_level(
             1, strategy=zstandard.STRATEGY_FAST, hash_log=6, window_log=17, min_match=7,
@@ -117,40 +105,9 @@ def _params(level: int) -> zstandard.ZstdCompressionParameters:
                                                           write_checksum=0, write_dict_id=0)
 
 
-def _level1_pyzstd_options() -> dict[int, int]:
-    """Accelerated level 1 through pyzstd: level 1's setting (:func:`_params`) accelerated to
-    almost no match search, Huffman literals kept on (see ``docs/plugins/zstd.md``: a bf16
-    exponent plane compresses about 20 % faster, to the same size)."""
-    p, tuned = pyzstd.CParameter, _params(1)
-    return {p.strategy: tuned.strategy, p.hashLog: tuned.hash_log, p.minMatch: tuned.min_match,
-            p.windowLog: tuned.window_log, p.targetLength: _LEVEL1_ACCELERATION,
-            p.checksumFlag: 0, p.contentSizeFlag: 1, p.dictIDFlag: 0,
-            _LITERAL_COMPRESSION_MODE: _PS_ENABLE}
-
-
-def _level1_pyzstd() -> Compress | None:
-    """The accelerated level-1 compressor through pyzstd (which passes zstd's experimental
-    parameter on), or ``None`` when this pyzstd's libzstd is older than 1.5 or refuses the
-    setting; the caller then uses python-zstandard with :func:`_params`. Any setting gives valid
-    zstd frames: this choice affects only speed and size, never what decodes."""
-    if tuple(pyzstd.zstd_version_info[:2]) < (1, 5):
-        return None
-    try:
-        compressor = pyzstd.ZstdCompressor(_level1_pyzstd_options())
-    except (pyzstd.ZstdError, ValueError, TypeError, OverflowError):
-        return None
-    flush = pyzstd.ZstdCompressor.FLUSH_FRAME
-    return lambda data: compressor.compress(data, flush)
-
-
-def make_compressor(level: int, *, accelerated: bool = False) -> Compress:
+def make_compressor(level: int) -> Compress:
     """A one-frame compressor for ``level`` (content size recorded, no checksum, no dictionary
-    id, window at most :data:`_MAX_WINDOW`); not thread-safe. ``accelerated`` (level 1 only):
-    the accelerated setting with Huffman literals when pyzstd takes it."""
-    if accelerated and level == 1:
-        found = _level1_pyzstd()
-        if found is not None:
-            return found
+    id, window at most :data:`_MAX_WINDOW`); not thread-safe."""
     return zstandard.ZstdCompressor(compression_params=_params(level)).compress
 
 
@@ -158,14 +115,14 @@ class _State(threading.local):
     """Per-thread compressors and scratch planes (zstd contexts are not thread-safe)."""
 
     def __init__(self) -> None:
-        self.compressors: dict[tuple[int, bool], Compress] = {}
+        self.compressors: dict[int, Compress] = {}
         self.scratch = np.empty(0, dtype=np.uint8)
+        self.sample_frame = np.empty(0, dtype=np.uint8)
 
-    def compressor(self, level: int, *, accelerated: bool = False) -> Compress:
-        key = (level, accelerated and level == 1)
-        found = self.compressors.get(key)
+    def compressor(self, level: int) -> Compress:
+        found = self.compressors.get(level)
         if found is None:
-            found = self.compressors[key] = make_compressor(level, accelerated=key[1])
+            found = self.compressors[level] = make_compressor(level)
         return found
 
     def scratch_planes(self, count: int, plane_bytes: int) -> list[np.ndarray]:
@@ -173,6 +130,13 @@ class _State(threading.local):
         if self.scratch.size < need:
             self.scratch = np.empty(need, dtype=np.uint8)
         return [self.scratch[i * plane_bytes:(i + 1) * plane_bytes] for i in range(count)]
+
+    def literal_size(self, row: np.ndarray) -> int | None:
+        """Bytes of ``row`` as a literal-only frame, ``None`` when not shorter than the row."""
+        if self.sample_frame.size < row.size:
+            self.sample_frame = np.empty(row.size, dtype=np.uint8)
+        size = plane_ops.encode_planes(row, 1, [self.sample_frame[:row.size - 1]], [True])[0]
+        return None if size < 0 else size
 
 
 _state = _State()
@@ -192,10 +156,8 @@ def _compress_plane(compress: Compress, plane: np.ndarray, out: np.ndarray,
     return len(packed)
 
 
-def _sample_ratios(data: np.ndarray, element_size: int, count: int,
-                   compress: Compress) -> list[float]:
-    """Per plane: how much a sample (up to 4 windows of 16 Ki elements, spread over the input)
-    compresses (sample bytes / compressed bytes)."""
+def _sample(data: np.ndarray, element_size: int, count: int) -> np.ndarray:
+    """Per plane (row): a sample of up to 4 windows of 16 Ki elements, spread over the input."""
     width = min(_SAMPLE_ELEMENTS, -(-count // _SAMPLE_WINDOWS))
     starts = sorted({i * (count - width) // max(1, _SAMPLE_WINDOWS - 1)
                      for i in range(_SAMPLE_WINDOWS)})
@@ -203,12 +165,97 @@ def _sample_ratios(data: np.ndarray, element_size: int, count: int,
     for k, start in enumerate(starts):
         window = data[start * element_size:(start + width) * element_size]
         plane_ops.split(window, element_size, [row[k * width:(k + 1) * width] for row in sample])
-    return [sample.shape[1] / len(compress(row)) for row in sample]
+    return sample
 
 
 def _worth_coding(ratio: float) -> bool:
     """Does a plane whose sample compresses ``ratio``-fold save :data:`MIN_PLANE_SAVING`?"""
     return ratio * (1 - MIN_PLANE_SAVING) >= 1
+
+
+# How a plane is written: as it is, as a zstd frame from libzstd, or as a literal-only zstd frame.
+_RAW, _ZSTD, _LITERAL = "raw", "zstd", "literal"
+
+
+def _choose_ways(data: np.ndarray, element_size: int, count: int, level: int,
+                 state: _State) -> list[str]:
+    """How to write each plane, from how its sample compresses: raw unless zstd saves
+    :data:`MIN_PLANE_SAVING`; at level 1 with the native kernel, literal-only when that comes
+    within :data:`LITERAL_SLACK` of zstd's size."""
+    compress = state.compressor(level)
+    literal_ok = level == 1 and plane_ops.literal_frames_available()
+    ways = []
+    for row in _sample(data, element_size, count):
+        zstd_size = len(compress(row))
+        if not _worth_coding(row.size / zstd_size):
+            ways.append(_RAW)
+            continue
+        literal = state.literal_size(row) if literal_ok else None
+        ways.append(_LITERAL if literal is not None and literal <= zstd_size * (1 + LITERAL_SLACK)
+                    else _ZSTD)
+    return ways
+
+
+class _Misfit(Exception):
+    """A literal-only frame did not fit where it had to go (its plane is then written again)."""
+
+
+def _write_planes(data: np.ndarray, out: np.ndarray, element_size: int, count: int,
+                  ways: list[str], compress: Compress, state: _State) -> int | None:
+    """Write the planes after the table, as ``ways`` says; returns where they end, ``None`` when
+    they do not fit in ``out``. Planes whose place is known before the split (every plane before
+    them has a fixed length) are written straight into it, the others into scratch and copied."""
+    cap = out.size
+    start = table_size(element_size)
+    pos, fixed = start, True
+    targets: list[np.ndarray | None] = []
+    for way in ways:
+        if fixed and way == _RAW and pos + count <= cap:
+            targets.append(out[pos:pos + count])
+            pos += count
+        elif fixed and way == _LITERAL:
+            targets.append(out[pos:min(cap, pos + count - 1)])
+            fixed = False
+        else:
+            targets.append(None)
+            fixed = False
+    scratch = iter(state.scratch_planes(sum(t is None for t in targets), count))
+    planes = [t if t is not None else next(scratch) for t in targets]
+    literal = [way == _LITERAL for way in ways]
+    if any(literal):
+        for p in range(element_size):
+            if literal[p] and targets[p] is None:
+                planes[p] = planes[p][:count - 1]  # a frame shorter than the plane
+        written = plane_ops.encode_planes(data, element_size, planes, literal)
+    else:
+        plane_ops.split(data, element_size, planes)
+        written = [count] * element_size
+
+    table = bytearray(table_size(element_size))
+    pos = start
+    for p, plane in enumerate(planes):
+        method, length = METHOD_RAW, count
+        if ways[p] == _LITERAL:
+            if written[p] < 0:
+                raise _Misfit
+            method, length = METHOD_ZSTD, written[p]
+            if targets[p] is None:
+                if pos + length > cap:
+                    raise _Misfit
+                out[pos:pos + length] = plane[:length]
+        elif ways[p] == _ZSTD and (packed := _compress_plane(
+                compress, plane, out, pos, min(cap, pos + count - 1))) is not None:
+            method, length = METHOD_ZSTD, packed
+        elif targets[p] is None:  # raw, written to scratch
+            if pos + count > cap:
+                return None
+            out[pos:pos + count] = plane
+        _ENTRY.pack_into(table, p * _ENTRY.size, method, bytes(7), length)
+        pos += length
+    entries = element_size * _ENTRY.size
+    _TRAILER.pack_into(table, entries, zlib.crc32(table[:entries]), bytes(4))
+    out[:len(table)] = np.frombuffer(bytes(table), dtype=np.uint8)
+    return pos
 
 
 def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level: int) -> int | None:
@@ -222,47 +269,20 @@ def compress_into(data: np.ndarray, out: np.ndarray, *, element_size: int, level
     n, cap = data.size, out.size
     count = n // element_size
     tail = n - count * element_size
-    pos = table_size(element_size)
-    if count == 0 or pos + tail > cap:
+    if count == 0 or table_size(element_size) + tail > cap:
         return None
     state = _state
     compress = state.compressor(level)
-    ratios = _sample_ratios(data, element_size, count, compress)
-    coded = [_worth_coding(r) for r in ratios]
-    # Raw planes before the first coded one are split straight into their place in ``out``.
-    targets: list[np.ndarray | None] = [None] * element_size
-    direct = 0
-    while direct < element_size and not coded[direct] and pos + (direct + 1) * count <= cap:
-        targets[direct] = out[pos + direct * count:pos + (direct + 1) * count]
-        direct += 1
-    scratch = iter(state.scratch_planes(element_size - direct, count))
-    planes = [t if t is not None else next(scratch) for t in targets]
-    plane_ops.split(data, element_size, planes)
-
-    table = bytearray(table_size(element_size))
-    for p, plane in enumerate(planes):
-        packed = None
-        if coded[p]:  # a zstd frame shorter than the plane, written in place
-            plane_compress = (state.compressor(level, accelerated=True)
-                              if ratios[p] >= _ACCELERATE_MIN_RATIO else compress)
-            packed = _compress_plane(plane_compress, plane, out, pos, min(cap, pos + count - 1))
-        if packed is not None:
-            method, length = METHOD_ZSTD, packed
-        else:
-            method, length = METHOD_RAW, count
-            if pos + length > cap:
-                return None
-            if p >= direct:
-                out[pos:pos + length] = plane
-        _ENTRY.pack_into(table, p * _ENTRY.size, method, bytes(7), length)
-        pos += length
-    if pos + tail > cap:
+    ways = _choose_ways(data, element_size, count, level, state)
+    try:
+        end = _write_planes(data, out, element_size, count, ways, compress, state)
+    except _Misfit:  # the sample misjudged a plane: write it with libzstd (or raw) instead
+        ways = [_ZSTD if way == _LITERAL else way for way in ways]
+        end = _write_planes(data, out, element_size, count, ways, compress, state)
+    if end is None or end + tail > cap:
         return None
-    out[pos:pos + tail] = data[count * element_size:]
-    entries = element_size * _ENTRY.size
-    _TRAILER.pack_into(table, entries, zlib.crc32(table[:entries]), bytes(4))
-    out[:len(table)] = np.frombuffer(bytes(table), dtype=np.uint8)
-    return pos + tail
+    out[end:end + tail] = data[count * element_size:]
+    return end + tail
 
 
 def _read_table(payload: memoryview, element_size: int, count: int,
@@ -298,14 +318,11 @@ def _read_table(payload: memoryview, element_size: int, count: int,
     return found
 
 
-def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
-    """Decode ``frame``, which must be exactly one zstd frame restoring ``size`` bytes.
-
-    Checked before libzstd runs: the frame header names ``size`` as the content size, a window of
-    at most 2 MiB and no dictionary, and the frame spans the stored plane exactly (no second
-    frame, no trailing bytes). libzstd (through ``pyzstd``) then refuses a frame that decodes to
-    more or fewer bytes than its header says, so nothing larger than ``size`` is allocated.
-    """
+def _check_frame(frame: memoryview, size: int, plane: int) -> bool:
+    """Check, before anything decodes it, that ``frame`` is exactly one zstd frame restoring
+    ``size`` bytes: its header names ``size`` as the content size, a window of at most 2 MiB and
+    no dictionary, and the frame spans the stored plane exactly (no second frame, no trailing
+    bytes). Returns ``True``; :class:`FrameError` otherwise."""
     try:
         params = zstandard.get_frame_parameters(frame)
         frame_size = pyzstd.get_frame_size(frame)
@@ -320,6 +337,14 @@ def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
     if frame_size != len(frame):
         raise FrameError(f"zstd planes: plane {plane}: the stored plane holds {len(frame)} bytes, "
                          f"its zstd frame {frame_size}")
+    return True
+
+
+def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
+    """Decode ``frame`` with libzstd (through ``pyzstd``) after :func:`_check_frame`; libzstd
+    refuses a frame that decodes to more or fewer bytes than its header says, so nothing larger
+    than ``size`` is allocated."""
+    _check_frame(frame, size, plane)
     try:
         decoded = pyzstd.decompress(frame)
     except pyzstd.ZstdError as exc:
@@ -332,7 +357,10 @@ def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
 
 def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) -> None:
     """Decode ``payload`` into ``out`` (1-D ``uint8``), exactly filling it; :class:`FrameError`
-    when the payload is malformed or does not restore exactly ``out.size`` bytes."""
+    when the payload is malformed or does not restore exactly ``out.size`` bytes.
+
+    A zstd plane that is a literal-only frame is decoded by the native kernel block by block,
+    merged from the cache (when it is built); any other zstd plane by libzstd first."""
     if element_size not in ELEMENT_SIZES:
         raise FrameError(f"zstd planes: element size {element_size} is not one of {ELEMENT_SIZES}")
     n = out.size
@@ -340,14 +368,28 @@ def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) 
     tail = n - count * element_size
     table = _read_table(payload, element_size, count, tail)
     pos = table_size(element_size)
-    sources: list[np.ndarray] = []
+    literal_ok = plane_ops.literal_frames_available()
+    sources: list[memoryview | np.ndarray] = []
+    framed: list[bool] = []
     for p, (method, length) in enumerate(table):
         stored = payload[pos:pos + length]
         pos += length
         if method == METHOD_RAW:
             sources.append(np.frombuffer(stored, dtype=np.uint8))
+            framed.append(False)
+        elif literal_ok and _check_frame(stored, count, p) and plane_ops.is_literal_frame(
+                stored, count):
+            sources.append(stored)
+            framed.append(True)
         else:
             sources.append(np.frombuffer(_decode_plane(stored, count, p), dtype=np.uint8))
-    plane_ops.merge(sources, element_size, out)  # (one plane: a plain copy)
+            framed.append(False)
+    if any(framed):
+        try:
+            plane_ops.decode_planes(sources, element_size, framed, out)
+        except ValueError as exc:
+            raise FrameError(f"zstd planes: {exc}") from None
+    else:
+        plane_ops.merge(sources, element_size, out)  # (one plane: a plain copy)
     if tail:
         out[count * element_size:] = np.frombuffer(payload[pos:pos + tail], dtype=np.uint8)

@@ -10,7 +10,9 @@ which runs. Element sizes: 1, 2, 4, 8. A native merge into a destination of
 would first read every line of it from memory (the measurement is in ``docs/plugins/zstd.md``).
 
 Both functions take ``uint8`` numpy arrays (contiguous) and check every length before a byte
-moves: a call can neither read nor write outside the arrays it is given.
+moves: a call can neither read nor write outside the arrays it is given. The same holds for
+:func:`encode_planes` / :func:`decode_planes`, the split and merge fused with literal-only zstd
+frames (native only; ``csrc/literal_frames.c``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ELEMENT_SIZES", "merge", "native_available", "native_status", "set_native_enabled",
-           "split"]
+__all__ = ["ELEMENT_SIZES", "decode_planes", "encode_planes", "is_literal_frame",
+           "literal_frames_available", "merge", "native_available", "native_status",
+           "set_native_enabled", "split"]
 
 #: Element sizes the split supports.
 ELEMENT_SIZES = (1, 2, 4, 8)
@@ -119,3 +122,44 @@ def merge(planes: Sequence[np.ndarray], element_size: int, dst: np.ndarray) -> i
     for p, plane in enumerate(planes):
         grid[:, p].copy_(_tensor(plane[:count]))
     return count
+
+
+def literal_frames_available() -> bool:
+    """True when :func:`encode_planes` and :func:`decode_planes` can run (the native kernel is
+    built and enabled; there is no fallback for them: without them the codec uses libzstd)."""
+    return native_available()
+
+
+def _literal_kernel() -> ModuleType:
+    if not native_available():
+        raise RuntimeError("literal-only zstd frames need the native kernel lmserde_zstd._planes "
+                           f"({native_status().get('reason', 'not available')})")
+    assert _native is not None
+    return _native
+
+
+def encode_planes(src: np.ndarray, element_size: int, dests: Sequence[np.ndarray],
+                  coded: Sequence[bool]) -> list[int]:
+    """Split ``src`` (1-D ``uint8``) into its ``element_size`` planes, plane ``p`` into
+    ``dests[p]``: as it is (the element count of bytes), or where ``coded[p]``, as a literal-only
+    zstd frame (``csrc/literal_frames.c``: zstd's Huffman coder, blocks of 128 KiB, readable by
+    any zstd decoder) in at most ``len(dests[p])`` bytes. Returns the bytes written per plane; -1
+    for a coded plane whose frame did not fit (its bytes are then nowhere: call again uncoded)."""
+    mask = sum(1 << p for p, flag in enumerate(coded) if flag)
+    return list(_literal_kernel().encode_planes(src, element_size, list(dests), mask))
+
+
+def is_literal_frame(frame: memoryview | np.ndarray, size: int) -> bool:
+    """Whether ``frame`` is exactly a literal-only zstd frame as :func:`encode_planes` writes it,
+    restoring ``size`` bytes (headers and lengths checked, nothing decoded)."""
+    return bool(_literal_kernel().is_literal_frame(frame, size))
+
+
+def decode_planes(sources: Sequence[memoryview | np.ndarray], element_size: int,
+                  framed: Sequence[bool], dst: np.ndarray) -> int:
+    """Merge the planes into ``dst`` (1-D ``uint8``, writable) like :func:`merge`, where
+    ``sources[p]`` is a literal-only frame (:func:`is_literal_frame`) when ``framed[p]``, else the
+    plane's bytes; each frame is decoded block by block and merged from the cache. Returns the
+    element count; ``ValueError`` for a frame of another shape or a corrupt Huffman stream."""
+    mask = sum(1 << p for p, flag in enumerate(framed) if flag)
+    return int(_literal_kernel().decode_planes(list(sources), element_size, mask, dst))
