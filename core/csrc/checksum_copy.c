@@ -288,17 +288,22 @@ static void hasher_update(void *opaque, const void *data, size_t n) {
 
 /* Copy n bytes between the bound range's start and `other` (into the range: dir_in) and take the
  * whole digest from the fused copy; only as the first and only use of a bound hasher. */
+/* Copy n bytes between `other` and the start of the bound range (the caller checked that the
+ * hasher is bound and n <= limit). The bytes are always copied; the checksum is taken from the
+ * copy only as the hasher's first and only use, any other use breaks the hasher (it then vouches
+ * for nothing, and the wrapper hashes the payload itself). */
 static void hasher_copy_whole(payload_hasher *h, uint8_t *other, size_t n, int dir_in) {
-    if (n == 0 && !h->broken && !h->sealed && h->fed == 0) {  /* an empty range may have no address */
+    uint8_t *range = (uint8_t *)h->base;
+    if (h->broken || h->sealed || h->fed != 0) {
+        h->broken = 1;
+        if (n) memmove(dir_in ? range : other, dir_in ? other : range, n);
+        return;
+    }
+    if (n == 0) {  /* an empty range may have no address */
         h->sealed_digest = XXH3_64bits(NULL, 0);
         h->sealed = 1;
         return;
     }
-    if (h->broken || h->sealed || h->fed != 0 || h->base == 0 || n > h->limit) {
-        h->broken = 1;
-        return;
-    }
-    uint8_t *range = (uint8_t *)h->base;
     h->sealed_digest = dir_in ? copy_checksum(range, other, n, h->segment_size)
                               : copy_checksum(other, range, n, h->segment_size);
     h->sealed = 1;
@@ -416,6 +421,11 @@ static PyObject *py_hasher_copy(PyObject *self, PyObject *args) {
     if (h == NULL) return NULL;
     if (n < 0 || (n > 0 && other == 0)) {
         PyErr_SetString(PyExc_ValueError, "hasher_copy: bad address or length");
+        return NULL;
+    }
+    if (n > 0 && (h->base == 0 || (size_t)n > h->limit)) {
+        PyErr_Format(PyExc_ValueError, "hasher_copy: %zd bytes do not fit the hasher's bound "
+                     "range (%s)", n, h->base == 0 ? "none" : "shorter");
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS

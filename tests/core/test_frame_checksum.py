@@ -10,7 +10,7 @@ import torch
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lmserde import TensorMemoryObj, frame_checksum
+from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj, frame_checksum
 from lmserde.frame_checksum import (
     CHECKSUM_SEGMENT_BYTES,
     FramedPayload,
@@ -19,6 +19,7 @@ from lmserde.frame_checksum import (
     copy_with_checksum,
     payload_hasher,
 )
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
 
 SEG = CHECKSUM_SEGMENT_BYTES
 MIB = 1 << 20
@@ -202,12 +203,49 @@ def test_fused_copies_in_and_out_of_a_bound_payload(n: int) -> None:
 
 
 @needs_kernel
-def test_a_copy_larger_than_the_payload_breaks_the_hasher() -> None:
+def test_a_copy_larger_than_the_payload_is_refused() -> None:
     payload = _payload(torch.zeros(100, dtype=torch.uint8))
     hasher = payload_hasher(payload)
     assert hasher is not None
-    hasher.copy_in(SOURCE[:101])
-    assert not hasher.valid and not payload.raw_data.any()  # refused: nothing written
+    with pytest.raises(ValueError, match="do not fit"):
+        hasher.copy_in(SOURCE[:101])
+    assert not payload.raw_data.any()  # nothing written
+
+
+@needs_kernel
+@pytest.mark.parametrize("n", [100, 3 * MIB + 7])
+def test_a_second_copy_still_copies_and_vouches_for_nothing(n: int) -> None:
+    """A fused copy takes the checksum only as the hasher's first use, but it always copies: a
+    serde that writes a payload twice leaves the second bytes there, and the wrapper, finding the
+    hasher broken, hashes them itself."""
+    payload = _payload(torch.zeros(n, dtype=torch.uint8))
+    hasher = payload_hasher(payload)
+    assert hasher is not None
+    hasher.copy_in(SOURCE[:n])
+    second = torch.flip(SOURCE[:n], [0])
+    hasher.copy_in(second)
+    assert torch.equal(payload.raw_data, second)
+    assert not hasher.valid and payload.verified_checksum(n) is None
+    out = torch.zeros(n, dtype=torch.uint8)
+    hasher.copy_out(out)
+    assert torch.equal(out, second)
+
+
+@needs_kernel
+def test_identity_writes_and_reads_a_reused_framed_payload_every_time() -> None:
+    layout = MemoryLayoutDesc([[4 * MIB]], [torch.uint8])
+    payload = _payload(torch.zeros(4 * MIB, dtype=torch.uint8))
+    key = ObjectKey(b"\x01" * 32, "m", 0)
+    for seed in (1, 2):
+        src = TensorMemoryObj.from_tensor(
+            torch.randint(0, 256, (4 * MIB,), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(seed)))
+        assert IdentitySerializer().serialize(src, payload, key) == 4 * MIB
+        assert torch.equal(payload.raw_data, src.raw_data)
+        for _ in range(2):
+            dst = TensorMemoryObj.allocate(layout, zero=True)
+            IdentityDeserializer().deserialize(payload, dst, key)
+            assert torch.equal(dst.raw_data, src.raw_data)
 
 
 def test_only_framed_payloads_get_a_hasher(kernel: str) -> None:
