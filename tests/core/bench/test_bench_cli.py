@@ -18,7 +18,9 @@ BenchJson = Callable[..., dict[str, Any]]
 
 TOP_FIELDS = {"schema_version", "lmserde_version", "source", "settings", "machine", "tiers",
               "results", "recommendations", "notes", "elapsed_seconds", "frame"}
-FRAME_FIELDS = {"serde", "bytes_per_object", "framed_ms", "unframed_ms", "overhead"}
+FRAME_FIELDS = {"serde", "bytes_per_object", "chunk_bytes", "rounds", "framed_ms", "unframed_ms",
+                "overhead", "overhead_range", "framed_store_ms", "unframed_store_ms",
+                "framed_load_ms", "unframed_load_ms", "cpu_overhead", "cpu_overhead_range"}
 SOURCE_FIELDS = {"kind", "model", "model_description", "model_layers", "seed", "layers_per_chunk",
                  "layer_ids", "tokens_per_chunk", "kv_heads", "head_dim", "dtype", "chunk_bytes",
                  "full_chunk_bytes", "chunks"}
@@ -110,6 +112,8 @@ def test_identity_json_has_every_field_and_is_bit_exact_with_only_the_frame_adde
     assert source["chunk_bytes"] / (row["stored_bytes_per_chunk"] - frame["bytes_per_object"]) == 1.0
     assert frame["framed_ms"] > 0 and frame["unframed_ms"] > 0
     assert frame["overhead"] == pytest.approx(frame["framed_ms"] / frame["unframed_ms"] - 1.0)
+    # measured on full-size chunks of the model (the sampled layers' bytes repeated), paired
+    assert frame["chunk_bytes"] == source["full_chunk_bytes"] and frame["rounds"] >= 5
     assert row["lossy"] is False and row["size_contract"] == "exact"
     assert row["chunk_form"].startswith("single group")
     q = row["quality"]

@@ -1,73 +1,217 @@
-"""What the stored-object frame costs on the real data path: framed vs unframed ``identity``.
+"""What the stored-object frame costs on the real data path: framed vs unframed, measured paired.
 
-``identity`` isolates the frame's own work (a header and one checksum pass each way): its store
-and load are otherwise plain copies, so any other serde pays the same absolute cost on a
-larger total. Framed and unframed rounds alternate, the medians of the per-chunk store + load
-latencies are compared.
+Two adapters are built from one spec, one with the stored-object frame (``"serde_frame": true``)
+and one without (an adapter with a ``base_path`` gets a sub-directory per mode), over one
+:class:`~lmserde.l1.L1Manager` whose objects are pooled buffers with resident pages (like
+LMCache's pinned L1 pool; a freshly allocated destination page-faults on its first write for about
+as long as the rest of a load, a slower base that would make the frame look cheaper than it is).
+A round stores every chunk through both adapters, the two modes taking turns chunk by chunk (who
+goes first alternates between rounds), then loads every chunk back the same way, so a slow spell
+of a shared machine hits both modes alike. The first round warms the adapters, pools and page
+cache and is not counted.
+
+The overhead is ``framed / unframed - 1`` of the median store plus the median load over all
+counted rounds (a ratio of medians); its range is the same ratio per round. The CPU overhead is
+the median over rounds of ``framed / unframed - 1`` of the process's CPU time (every thread)
+during each mode's tasks. ``lmserde bench`` runs this with ``identity`` on full-size chunks of
+the bench's model, ``benchmarks/bench_frame.py`` (``nox -s bench``) with ``identity`` and ``fp8``.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lmserde.bench.chunk_objects import ChunkForm
-from lmserde.bench.data_path import run_data_path
-from lmserde.bench.kv_chunk import KVChunk
+import torch
+
+from lmserde.bench.data_path import DataPathError
+from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
+from lmserde.keys import ObjectKey
+from lmserde.l1 import L1Error, L1Manager
+from lmserde.l2 import create_l2_adapter, load_sync, store_sync
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
+from lmserde.memory import MemoryLayoutDesc, TensorMemoryObj
 
-__all__ = ["measure_frame_overhead", "describe_frame_overhead"]
+__all__ = ["describe_frame_overhead", "frame_overhead_steps", "full_size_chunks",
+           "measure_frame_overhead"]
 
-_BASELINE = {"type": "identity"}
-
-
-#: Passes per mode, alternating framed / unframed; each pass runs ``repeat + 1`` rounds.
-PASSES = 2
+_MODES = (True, False)  # framed, unframed
 
 
-def frame_overhead_steps(repeat: int, chunks: int) -> int:
+def frame_overhead_steps(rounds: int, chunks: int) -> int:
     """Progress steps :func:`measure_frame_overhead` reports (one per store and per load)."""
-    return 2 * PASSES * (repeat + 1) * chunks * 2
+    return (rounds + 1) * chunks * len(_MODES) * 2
 
 
-def _store_load_ms(adapter_spec: Mapping[str, Any], chunks: Sequence[KVChunk], repeat: int,
-                   timeout: float, on_step: Callable[[], None] | None) -> float:
-    """Median store + median load of one chunk over ``repeat`` warm rounds (the first of
-    ``repeat + 1`` rounds warms the adapter, the buffer pools and the page cache)."""
-    path = run_data_path(adapter_spec, _BASELINE, chunks, ChunkForm.SINGLE, repeat + 1,
-                         on_step=on_step, timeout=timeout)
-    warm = len(chunks)
-    return (statistics.median(path.store_seconds[warm:])
-            + statistics.median(path.load_seconds[warm:])) * 1e3
+def full_size_chunks(parts: Sequence[torch.Tensor], nbytes: int) -> list[torch.Tensor]:
+    """One byte tensor of ``nbytes`` per part: the part's bytes repeated (the frame's cost does
+    not depend on the bytes, only on their number: a bench run on a sample of a model's layers
+    still measures the frame on a full chunk)."""
+    out = []
+    for part in parts:
+        raw = part.contiguous().view(torch.uint8).reshape(-1)
+        copies = -(-nbytes // raw.numel())
+        out.append(raw.repeat(copies)[:nbytes].clone())
+    return out
+
+
+def _mode_spec(adapter_spec: Mapping[str, Any], serde: Any, framed: bool) -> dict[str, Any]:
+    spec = {**adapter_spec, "serde": serde, "serde_frame": framed}
+    if "base_path" in spec:
+        spec["base_path"] = os.path.join(str(spec["base_path"]),
+                                         "frame-framed" if framed else "frame-unframed")
+    return spec
+
+
+class _Rounds:
+    """The two adapters, the L1 manager and the keys of one measurement."""
+
+    def __init__(self, adapter_spec: Mapping[str, Any], serde: Any, layout: MemoryLayoutDesc,
+                 chunks: int, timeout: float, on_step: Callable[[], None] | None) -> None:
+        self.layout, self.timeout, self.on_step = layout, timeout, on_step
+        # every chunk of both modes may be pooled at once, plus the wrapper's temporaries
+        self.l1 = L1Manager(4 * (chunks + 1) * layout.nbytes + (64 << 20))
+        self.adapters: dict[bool, Any] = {}
+        for framed in _MODES:
+            self.adapters[framed] = create_l2_adapter(
+                _mode_spec(adapter_spec, serde, framed), self.l1)
+
+    def close(self) -> None:
+        for adapter in self.adapters.values():
+            adapter.close()
+
+    def _step(self) -> None:
+        if self.on_step:
+            self.on_step()
+
+    def _reserve(self, key: ObjectKey) -> TensorMemoryObj:
+        (error, obj), = self.l1.reserve_write([key], True, self.layout).values()
+        if error is not L1Error.SUCCESS or not isinstance(obj, TensorMemoryObj):
+            raise DataPathError(f"L1 reservation of a {self.layout.nbytes}-byte chunk failed: "
+                                f"{error.name}")
+        return obj
+
+    def store(self, framed: bool, key: ObjectKey, chunk: torch.Tensor) -> tuple[float, float]:
+        """Wall and process CPU seconds of one store task (the L1 object filled untimed)."""
+        obj = self._reserve(key)
+        obj.raw_data[:chunk.numel()].copy_(chunk)
+        self.l1.finish_write_and_reserve_read([key])
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            ok = store_sync(self.adapters[framed], [key], [obj], self.timeout).is_successful()
+        finally:
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            self.l1.finish_read([key])  # the pooled object goes back to the pool
+        if not ok:
+            raise DataPathError(f"store through the {'framed' if framed else 'unframed'} "
+                                "adapter failed")
+        self._step()
+        return seconds, cpu
+
+    def load(self, framed: bool, key: ObjectKey) -> tuple[float, float]:
+        """Wall and process CPU seconds of one load task into a pooled L1 object."""
+        dst = self._reserve(key)
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            hit = load_sync(self.adapters[framed], [key], [dst], self.timeout).test(0)
+        finally:
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            self.l1.finish_write_and_delete([key])
+        if not hit:
+            raise DataPathError(f"load through the {'framed' if framed else 'unframed'} "
+                                "adapter missed")
+        self._step()
+        return seconds, cpu
+
+    def round(self, chunks: Sequence[torch.Tensor], framed_first: bool) -> dict[bool, Any]:
+        """Store every chunk through both modes, then load every chunk back, taking turns."""
+        out: dict[bool, Any] = {m: {"store": [], "load": [], "cpu": 0.0} for m in _MODES}
+        nonce = os.urandom(8)
+        keys = {m: [ObjectKey(nonce + bytes([m]) + i.to_bytes(3, "big"), "lmserde-bench", 0)
+                    for i in range(len(chunks))] for m in _MODES}
+        order = _MODES if framed_first else _MODES[::-1]
+        for i, chunk in enumerate(chunks):
+            for m in order:
+                wall, cpu = self.store(m, keys[m][i], chunk)
+                out[m]["store"].append(wall)
+                out[m]["cpu"] += cpu
+        for i in range(len(chunks)):
+            for m in order:
+                wall, cpu = self.load(m, keys[m][i])
+                out[m]["load"].append(wall)
+                out[m]["cpu"] += cpu
+        for m, adapter in self.adapters.items():
+            adapter.delete(keys[m])
+        return out
+
+
+def _ms(stores: list[float], loads: list[float]) -> float:
+    return (statistics.median(stores) + statistics.median(loads)) * 1e3
 
 
 def measure_frame_overhead(
-    adapter_spec: Mapping[str, Any], chunks: Sequence[KVChunk], repeat: int, *, timeout: float,
+    adapter_spec: Mapping[str, Any], serde: Any, chunks: Sequence[torch.Tensor], rounds: int, *,
+    layout: MemoryLayoutDesc | None = None, timeout: float = DEFAULT_TIMEOUT_S,
     on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Store + load of ``chunks`` through ``identity``, framed and unframed.
+    """Store + load of ``chunks`` (1-D ``uint8`` tensors of one size: the objects' bytes) through
+    ``serde``, framed and unframed, over ``rounds`` counted rounds after one warm-up round.
+    ``layout``: the objects' layout (default: one ``uint8`` tensor of the chunk's size; a
+    quantizing serde needs the real one).
 
-    :data:`PASSES` alternating passes per mode, each of ``repeat`` warm rounds. Returns
-    ``bytes_per_object``, ``framed_ms`` and ``unframed_ms`` (per chunk: the median pass) and
-    ``overhead`` (``framed / unframed - 1``).
+    Returns ``serde`` (its type), ``bytes_per_object``, ``chunk_bytes``, ``rounds``,
+    ``framed_ms`` / ``unframed_ms`` (median store + median load per chunk), ``overhead`` and
+    ``overhead_range``, ``framed_store_ms`` / ``unframed_store_ms`` / ``framed_load_ms`` /
+    ``unframed_load_ms`` (medians), and ``cpu_overhead`` / ``cpu_overhead_range``. Raises
+    :class:`~lmserde.bench.data_path.DataPathError` when a store fails or a load misses.
     """
-    framed: list[float] = []
-    unframed: list[float] = []
-    for _ in range(PASSES):
-        framed.append(_store_load_ms({**adapter_spec, "serde_frame": True}, chunks, repeat,
-                                     timeout, on_step))
-        unframed.append(_store_load_ms({**adapter_spec, "serde_frame": False}, chunks, repeat,
-                                       timeout, on_step))
-    f, u = statistics.median(framed), statistics.median(unframed)
-    return {"serde": "identity", "bytes_per_object": FRAME_HEADER_BYTES, "framed_ms": f,
-            "unframed_ms": u, "overhead": f / u - 1.0 if u > 0 else 0.0}
+    if rounds < 1 or not chunks:
+        raise ValueError("measure_frame_overhead needs at least one round and one chunk")
+    nbytes = chunks[0].numel()
+    if any(c.dtype != torch.uint8 or c.dim() != 1 or c.numel() != nbytes for c in chunks):
+        raise ValueError("measure_frame_overhead: chunks must be 1-D uint8 tensors of one size")
+    layout = layout or MemoryLayoutDesc([[nbytes]], [torch.uint8])
+    if layout.nbytes != nbytes:
+        raise ValueError(f"measure_frame_overhead: a {layout.nbytes}-byte layout for "
+                         f"{nbytes}-byte chunks")
+    paired = _Rounds(adapter_spec, serde, layout, len(chunks), timeout, on_step)
+    try:
+        paired.round(chunks, True)  # warm-up: page cache, pools, plans
+        done = [paired.round(chunks, r % 2 == 1) for r in range(rounds)]
+    finally:
+        paired.close()
+    every = {m: {op: [t for r in done for t in r[m][op]] for op in ("store", "load")}
+             for m in _MODES}
+    framed_ms = _ms(every[True]["store"], every[True]["load"])
+    unframed_ms = _ms(every[False]["store"], every[False]["load"])
+    per_round = [_ms(r[True]["store"], r[True]["load"]) / _ms(r[False]["store"], r[False]["load"])
+                 - 1.0 for r in done]
+    cpu = [r[True]["cpu"] / r[False]["cpu"] - 1.0 for r in done if r[False]["cpu"] > 0]
+    serde_type = serde.get("type") if isinstance(serde, Mapping) else str(serde)
+    return {
+        "serde": serde_type, "bytes_per_object": FRAME_HEADER_BYTES, "chunk_bytes": nbytes,
+        "rounds": rounds, "framed_ms": framed_ms, "unframed_ms": unframed_ms,
+        "overhead": framed_ms / unframed_ms - 1.0,
+        "overhead_range": [min(per_round), max(per_round)],
+        "framed_store_ms": statistics.median(every[True]["store"]) * 1e3,
+        "unframed_store_ms": statistics.median(every[False]["store"]) * 1e3,
+        "framed_load_ms": statistics.median(every[True]["load"]) * 1e3,
+        "unframed_load_ms": statistics.median(every[False]["load"]) * 1e3,
+        "cpu_overhead": statistics.median(cpu) if cpu else None,
+        "cpu_overhead_range": [min(cpu), max(cpu)] if cpu else None,
+    }
 
 
 def describe_frame_overhead(frame: Mapping[str, Any] | None) -> str | None:
     """One line for the report, or ``None`` when it was not measured."""
     if not frame:
         return None
+    lo, hi = frame["overhead_range"]
     return (f"stored-object frame: {frame['bytes_per_object']} bytes per object; store + load of "
-            f"a chunk through identity {frame['framed_ms']:.2f} ms framed vs "
-            f"{frame['unframed_ms']:.2f} ms unframed ({frame['overhead']:+.1%})")
+            f"a {frame['chunk_bytes'] / 2**20:.1f} MiB chunk through {frame['serde']} "
+            f"{frame['framed_ms']:.2f} ms framed vs {frame['unframed_ms']:.2f} ms unframed "
+            f"({frame['overhead']:+.1%}; per round {lo:+.1%} to {hi:+.1%}, "
+            f"{frame['rounds']} rounds paired)")

@@ -25,7 +25,11 @@ from lmserde.bench.codec_timing import measure_codec
 from lmserde.bench.data_path import BENCH_MODEL_NAME, run_data_path
 from lmserde.bench.diagnostics import capture_diagnostics
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
-from lmserde.bench.frame_overhead import frame_overhead_steps, measure_frame_overhead
+from lmserde.bench.frame_overhead import (
+    frame_overhead_steps,
+    full_size_chunks,
+    measure_frame_overhead,
+)
 from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
 from lmserde.bench.progress import NullProgress, Progress
 from lmserde.bench.quality import ChunkReference, QualityAccumulator
@@ -244,18 +248,25 @@ def _run_serde(
     }
 
 
+#: Least counted rounds of the frame measurement (framed and unframed paired in each).
+FRAME_ROUNDS = 5
+
+
 def _frame_overhead(
     results: list[SerdeResult], adapter_spec: dict[str, Any], chunks: list[Any],
-    opts: BenchOptions, progress: Progress, notes: list[str],
+    full_chunk_bytes: int, opts: BenchOptions, progress: Progress, notes: list[str],
 ) -> dict[str, Any] | None:
-    """The stored-object frame's cost, when the run stores frames and measured ``identity``."""
+    """The stored-object frame's cost through ``identity`` on full-size chunks of the model (the
+    bytes of the bench's chunks repeated), when the run stores frames and measured ``identity``."""
     if adapter_spec.get("serde_frame") is False or not any(
             r.label == "identity" and r.ok for r in results):
         return None
-    progress.begin("stored-object frame", frame_overhead_steps(opts.repeat, len(chunks)))
+    rounds = max(opts.repeat, FRAME_ROUNDS)
+    progress.begin("stored-object frame", frame_overhead_steps(rounds, len(chunks)))
     try:
-        return measure_frame_overhead(adapter_spec, chunks, opts.repeat, timeout=opts.timeout,
-                                      on_step=progress.advance)
+        full = full_size_chunks([c.fused() for c in chunks], full_chunk_bytes)
+        return measure_frame_overhead(adapter_spec, {"type": "identity"}, full, rounds,
+                                      timeout=opts.timeout, on_step=progress.advance)
     except Exception as exc:  # informational: never fails the run
         notes.append(f"stored-object frame overhead not measured: {type(exc).__name__}: {exc}")
         return None
@@ -307,7 +318,8 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         refs = [ChunkReference(c, seed=opts.seed, queries=opts.queries) for c in chunks]
         results = [_measure(s, ctx, refs, opts, adapter_spec, progress, mute_logs)
                    for s in selected]
-        frame = _frame_overhead(results, adapter_spec, chunks, opts, progress, notes)
+        frame = _frame_overhead(results, adapter_spec, chunks, desc["full_chunk_bytes"],
+                                opts, progress, notes)
         notes.extend(ctx.notes)
         notes.extend(_split_tier_note(r) for r in results if r.ok and r.split_tier)
         for r in results:

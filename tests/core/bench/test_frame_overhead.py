@@ -1,0 +1,67 @@
+"""The paired framed/unframed measurement behind ``lmserde bench``'s frame line and
+``benchmarks/bench_frame.py``: real adapters on a real directory, every store and load done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from lmserde import MemoryLayoutDesc
+from lmserde.bench.data_path import DataPathError
+from lmserde.bench.frame_overhead import (
+    describe_frame_overhead,
+    frame_overhead_steps,
+    full_size_chunks,
+    measure_frame_overhead,
+)
+from lmserde.l2 import FRAME_HEADER_BYTES
+
+CHUNK = 256 << 10
+
+
+def _chunks(n: int = 2) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return [torch.randint(0, 256, (CHUNK,), dtype=torch.uint8, generator=gen) for _ in range(n)]
+
+
+def test_both_modes_store_and_load_every_chunk_in_their_own_directory(tmp_path: Path) -> None:
+    steps: list[int] = []
+    found = measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)},
+                                   {"type": "identity"}, _chunks(), 3,
+                                   on_step=lambda: steps.append(1))
+    assert len(steps) == frame_overhead_steps(3, 2) == 4 * 2 * 2 * 2  # warm-up round included
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frame-framed", "frame-unframed"]
+    assert found["serde"] == "identity" and found["chunk_bytes"] == CHUNK
+    assert found["bytes_per_object"] == FRAME_HEADER_BYTES and found["rounds"] == 3
+    for mode in ("framed", "unframed"):
+        assert found[f"{mode}_ms"] == pytest.approx(found[f"{mode}_store_ms"]
+                                                    + found[f"{mode}_load_ms"])
+    assert found["overhead"] == pytest.approx(found["framed_ms"] / found["unframed_ms"] - 1)
+    lo, hi = found["overhead_range"]
+    assert lo <= hi
+    line = describe_frame_overhead(found)
+    assert line is not None and "0.2 MiB chunk through identity" in line and "3 rounds" in line
+
+
+def test_a_layout_that_does_not_match_the_chunks_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="layout"):
+        measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)}, {"type": "identity"},
+                               _chunks(1), 1, layout=MemoryLayoutDesc([[10]], [torch.uint8]))
+
+
+@pytest.mark.parametrize("fault,message", [("store_failure_rate", "store through"),
+                                           ("load_miss_rate", "missed")])
+def test_a_failed_store_or_a_missed_load_is_an_error_not_a_number(
+        tmp_path: Path, fault: str, message: str) -> None:
+    spec = {"type": "fault", fault: 1.0, "inner": {"type": "fs", "base_path": str(tmp_path)}}
+    with pytest.raises(DataPathError, match=message):
+        measure_frame_overhead(spec, {"type": "identity"}, _chunks(1), 1)
+
+
+def test_full_size_chunks_repeat_the_sample_bytes() -> None:
+    part = torch.arange(10, dtype=torch.int16)
+    full, = full_size_chunks([part], 45)
+    raw = part.view(torch.uint8)
+    assert full.dtype == torch.uint8 and full.numel() == 45
+    assert torch.equal(full[:20], raw) and torch.equal(full[40:], raw[:5])
