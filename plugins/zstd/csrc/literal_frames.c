@@ -24,9 +24,10 @@
  *     section header for no sequences (one zero byte).
  *
  * decode_planes reads only frames of exactly that shape (lf_scan checks every header against the
- * lengths before a byte is decoded, and huff0's decoder checks every stream); the Python side
- * hands any other zstd frame to libzstd. Malformed input raises ValueError; no length in the input
- * can make a call read or write outside the buffers it was given.
+ * lengths before a byte is decoded and records what it found, which is all the decoder uses, and
+ * huff0's decoder checks every stream); the Python side hands any other zstd frame to libzstd.
+ * Malformed input raises ValueError; no length in the input — not even bytes another thread
+ * changes during the call — can make a call read or write outside the buffers it was given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,15 +145,28 @@ static void lf_block(lf_encoder *e, const uint8_t *src, size_t n, int last) {
 
 /* ------------------------------------------------------------------ decoder */
 
+/* What lf_scan found about one block. The decoder uses only this, never the frame's headers
+ * again: bytes another thread changes meanwhile can garble the output, never move a read outside
+ * the frame. */
+typedef struct {
+    size_t offset;    /* the block's content, after its 3-byte header */
+    size_t coded;     /* a compressed block: huff0's bytes, after the 5-byte literals header */
+    uint8_t type;     /* BLOCK_RAW, BLOCK_RLE or BLOCK_COMPRESSED */
+    uint8_t literals; /* a compressed block: LITERALS_HUFFMAN or LITERALS_TREELESS */
+} lf_block_info;
+
+static size_t lf_blocks(size_t size) { return (size + LF_BLOCK - 1) / LF_BLOCK; }
+
 /* Whether frame[0:len] is a frame of the shape lf_* writes, restoring `size` bytes: every header
- * and length checked, nothing decoded. */
-static int lf_scan(const uint8_t *f, size_t len, size_t size) {
+ * and length checked, nothing decoded. With `info` (lf_blocks(size) entries) it records each
+ * block for the decoder. */
+static int lf_scan(const uint8_t *f, size_t len, size_t size, lf_block_info *info) {
     if (size == 0 || len < LF_HEADER || get_le(f, 4) != LF_MAGIC || f[4] != LF_DESCRIPTOR ||
         f[5] != LF_WINDOW || get_le(f + 6, 8) != size)
         return 0;
     size_t pos = LF_HEADER;
     int have_table = 0;
-    const size_t blocks = (size + LF_BLOCK - 1) / LF_BLOCK;
+    const size_t blocks = lf_blocks(size);
     for (size_t b = 0; b < blocks; b++) {
         const size_t n = block_bytes(size, b);
         if (len - pos < 3) return 0;
@@ -161,67 +175,66 @@ static int lf_scan(const uint8_t *f, size_t len, size_t size) {
         const size_t bsize = (size_t)(h >> 3);
         pos += 3;
         if (last != (b + 1 == blocks)) return 0;
+        lf_block_info found = {pos, 0, (uint8_t)type, 0};
         if (type == BLOCK_RAW || type == BLOCK_RLE) {
             const size_t stored = type == BLOCK_RAW ? n : 1;
             if (bsize != n || len - pos < stored) return 0;
             pos += stored;
-            continue;
+        } else {
+            /* (a compressed block is written only when shorter than its bytes) */
+            if (type != BLOCK_COMPRESSED || bsize < 5 + 1 + 1 || bsize >= n || len - pos < bsize)
+                return 0;
+            const uint64_t lh = get_le(f + pos, 5);
+            const int literals = (int)(lh & 3);
+            const size_t regenerated = (size_t)((lh >> 4) & 0x3FFFF), coded = (size_t)(lh >> 22);
+            if (((lh >> 2) & 3) != 3 || regenerated != n || 5 + coded + 1 != bsize ||
+                f[pos + 5 + coded] != 0)
+                return 0;
+            if (literals == LITERALS_HUFFMAN)
+                have_table = 1;
+            else if (literals != LITERALS_TREELESS || !have_table)
+                return 0;
+            found.coded = coded;
+            found.literals = (uint8_t)literals;
+            pos += bsize;
         }
-        /* (a compressed block is written only when shorter than its bytes) */
-        if (type != BLOCK_COMPRESSED || bsize < 5 + 1 + 1 || bsize >= n || len - pos < bsize)
-            return 0;
-        const uint64_t lh = get_le(f + pos, 5);
-        const int literals = (int)(lh & 3);
-        const size_t regenerated = (size_t)((lh >> 4) & 0x3FFFF), coded = (size_t)(lh >> 22);
-        if (((lh >> 2) & 3) != 3 || regenerated != n || 5 + coded + 1 != bsize ||
-            f[pos + 5 + coded] != 0)
-            return 0;
-        if (literals == LITERALS_HUFFMAN)
-            have_table = 1;
-        else if (literals != LITERALS_TREELESS || !have_table)
-            return 0;
-        pos += bsize;
+        if (info != NULL) info[b] = found;
     }
     return pos == len;
 }
 
 typedef struct {
     const uint8_t *frame;
-    size_t pos;
+    const lf_block_info *blocks; /* from lf_scan */
+    size_t next;
     HUF_DTable table[HUF_DTABLE_SIZE(HUF_TABLELOG_MAX)];
     uint32_t workspace[HUF_DECOMPRESS_WORKSPACE_SIZE_U32];
 } lf_decoder;
 
-static void lf_open(lf_decoder *d, const uint8_t *frame) {
+static void lf_open(lf_decoder *d, const uint8_t *frame, const lf_block_info *blocks) {
     d->frame = frame;
-    d->pos = LF_HEADER;
+    d->blocks = blocks;
+    d->next = 0;
     d->table[0] = (HUF_DTable)((uint32_t)HUF_TABLELOG_MAX * 0x01000001u);
 }
 
-/* The next block (n bytes, shape checked by lf_scan): its bytes, decoded into `scratch` unless
- * stored raw (then the frame's own bytes). NULL when huff0 finds the stream corrupt. */
+/* The next block (n bytes): its bytes, decoded into `scratch` unless stored raw (then the
+ * frame's own bytes). NULL when huff0 finds the stream corrupt. A treeless block follows a
+ * Huffman block (lf_scan), whose table the decode before this one loaded (else it failed). */
 static const uint8_t *lf_next(lf_decoder *d, uint8_t *scratch, size_t n) {
-    const uint8_t *p = d->frame + d->pos;
-    const int type = (int)((p[0] >> 1) & 3);
-    const size_t bsize = (size_t)(get_le(p, 3) >> 3);
-    p += 3;
-    if (type == BLOCK_RAW) {
-        d->pos += 3 + n;
-        return p;
-    }
-    if (type == BLOCK_RLE) {
+    const lf_block_info *b = &d->blocks[d->next++];
+    const uint8_t *p = d->frame + b->offset;
+    if (b->type == BLOCK_RAW) return p;
+    if (b->type == BLOCK_RLE) {
         memset(scratch, p[0], n);
-        d->pos += 4;
         return scratch;
     }
-    const size_t coded = bsize - 5 - 1;
     size_t r;
-    if ((p[0] & 3) == LITERALS_HUFFMAN)
-        r = HUF_decompress4X_hufOnly_wksp(d->table, scratch, n, p + 5, coded, d->workspace,
+    if (b->literals == LITERALS_HUFFMAN)
+        r = HUF_decompress4X_hufOnly_wksp(d->table, scratch, n, p + 5, b->coded, d->workspace,
                                           sizeof d->workspace, g_huf_flags);
     else
-        r = HUF_decompress4X_usingDTable(scratch, n, p + 5, coded, d->table, g_huf_flags);
-    d->pos += 3 + bsize;
+        r = HUF_decompress4X_usingDTable(scratch, n, p + 5, b->coded, d->table, g_huf_flags);
     return HUF_isError(r) || r != n ? NULL : scratch;
 }
 
@@ -254,13 +267,13 @@ static void release_all(Py_buffer *views, int count) {
     for (int p = 0; p < count; p++) PyBuffer_Release(&views[p]);
 }
 
-static int check_args(int es, unsigned mask, size_t count) {
+static int check_args(int es, int mask, size_t count) {
     if (es != 1 && es != 2 && es != 4 && es != 8) {
         PyErr_Format(PyExc_ValueError, "element size must be 1, 2, 4 or 8, got %d", es);
         return -1;
     }
-    if (mask >> es) {
-        PyErr_Format(PyExc_ValueError, "plane mask 0x%x names a plane beyond %d", mask, es - 1);
+    if (mask < 0 || mask >> es) {
+        PyErr_Format(PyExc_ValueError, "plane mask %d names a plane beyond %d", mask, es - 1);
         return -1;
     }
     if (count == 0) {
@@ -276,15 +289,16 @@ PyDoc_STRVAR(encode_planes_doc,
              "into dests[p]: as it is (n bytes) unless bit p of the mask `coded` is set, then as a\n"
              "literal-only zstd frame restoring those n bytes. Returns, per plane, the bytes\n"
              "written: n for a plane stored as it is; the frame's length, or -1 when the frame did\n"
-             "not fit in dests[p], for a coded plane.");
+             "not fit in dests[p], for a coded plane (huff0 wants a few spare bytes: a frame\n"
+             "within about 13 bytes of the capacity may be refused).");
 
 PyObject *lf_encode_planes(PyObject *self, PyObject *args) {
     Py_buffer src, views[MAX_PLANES];
     int es;
-    unsigned coded;
+    int coded;
     PyObject *seq;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iOI", &src, &es, &seq, &coded)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*iOi", &src, &es, &seq, &coded)) return NULL;
     const size_t count = es > 0 ? (size_t)src.len / (size_t)es : 0;
     if (check_args(es, coded, count) < 0 || buffers_of(seq, es, 1, views, "planes") < 0) {
         PyBuffer_Release(&src);
@@ -319,7 +333,7 @@ PyObject *lf_encode_planes(PyObject *self, PyObject *args) {
             lf_begin(slot[p], (uint8_t *)views[p].buf, (size_t)views[p].len, count);
         }
     const uint8_t *in = (const uint8_t *)src.buf;
-    const size_t blocks = (count + LF_BLOCK - 1) / LF_BLOCK;
+    const size_t blocks = lf_blocks(count);
     for (size_t b = 0; b < blocks; b++) {
         const size_t n = block_bytes(count, b), at = b * LF_BLOCK;
         const uint8_t *block_src = in + at * (size_t)es;
@@ -359,7 +373,8 @@ PyObject *lf_is_literal_frame(PyObject *self, PyObject *args) {
     Py_ssize_t size;
     (void)self;
     if (!PyArg_ParseTuple(args, "y*n", &frame, &size)) return NULL;
-    const int ok = size > 0 && lf_scan((const uint8_t *)frame.buf, (size_t)frame.len, (size_t)size);
+    const int ok = size > 0 && lf_scan((const uint8_t *)frame.buf, (size_t)frame.len, (size_t)size,
+                                       NULL);
     PyBuffer_Release(&frame);
     return PyBool_FromLong(ok);
 }
@@ -375,39 +390,47 @@ PyDoc_STRVAR(decode_planes_doc,
 PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
     Py_buffer dst, views[MAX_PLANES];
     int es;
-    unsigned framed;
+    int framed;
     PyObject *seq;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OiIw*", &seq, &es, &framed, &dst)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oiiw*", &seq, &es, &framed, &dst)) return NULL;
     const size_t count = es > 0 ? (size_t)dst.len / (size_t)es : 0;
     if (check_args(es, framed, count) < 0 || buffers_of(seq, es, 0, views, "planes") < 0) {
         PyBuffer_Release(&dst);
         return NULL;
     }
     int nframed = 0;
-    for (int p = 0; p < es; p++) {
-        const int is_framed = (int)(framed >> p & 1);
-        nframed += is_framed;
+    for (int p = 0; p < es; p++) nframed += (int)(framed >> p & 1);
+    const size_t blocks = lf_blocks(count);
+    lf_decoder *dec = nframed ? malloc(sizeof(lf_decoder) * (size_t)nframed) : NULL;
+    uint8_t *scratch = nframed ? malloc(LF_BLOCK * (size_t)nframed) : NULL;
+    lf_block_info *info = nframed ? malloc(sizeof(lf_block_info) * blocks * (size_t)nframed) : NULL;
+    if (nframed && (dec == NULL || scratch == NULL || info == NULL)) {
+        free(dec);
+        free(scratch);
+        free(info);
+        release_all(views, es);
+        PyBuffer_Release(&dst);
+        return PyErr_NoMemory();
+    }
+    for (int p = 0, k = 0; p < es; p++) {
         const char *problem = NULL;
-        if (is_framed && !lf_scan((const uint8_t *)views[p].buf, (size_t)views[p].len, count))
-            problem = "is not a literal-only zstd frame of the plane's size";
-        else if (!is_framed && (size_t)views[p].len < count)
+        if (framed >> p & 1) {
+            if (!lf_scan((const uint8_t *)views[p].buf, (size_t)views[p].len, count,
+                         info + blocks * (size_t)k++))
+                problem = "is not a literal-only zstd frame of the plane's size";
+        } else if ((size_t)views[p].len < count) {
             problem = "is shorter than the plane";
+        }
         if (problem != NULL) {
             PyErr_Format(PyExc_ValueError, "plane %d %s", p, problem);
+            free(dec);
+            free(scratch);
+            free(info);
             release_all(views, es);
             PyBuffer_Release(&dst);
             return NULL;
         }
-    }
-    lf_decoder *dec = nframed ? malloc(sizeof(lf_decoder) * (size_t)nframed) : NULL;
-    uint8_t *scratch = nframed ? malloc(LF_BLOCK * (size_t)nframed) : NULL;
-    if (nframed && (dec == NULL || scratch == NULL)) {
-        free(dec);
-        free(scratch);
-        release_all(views, es);
-        PyBuffer_Release(&dst);
-        return PyErr_NoMemory();
     }
     const int stream = planes_stream_wanted(count, (size_t)es, (const uint8_t *)dst.buf);
     long bad_plane = -1;
@@ -417,11 +440,11 @@ PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (int p = 0, k = 0; p < es; p++)
         if (framed >> p & 1) {
-            slot[p] = &dec[k++];
-            lf_open(slot[p], (const uint8_t *)views[p].buf);
+            slot[p] = &dec[k];
+            lf_open(slot[p], (const uint8_t *)views[p].buf, info + blocks * (size_t)k);
+            k++;
         }
     uint8_t *out = (uint8_t *)dst.buf;
-    const size_t blocks = (count + LF_BLOCK - 1) / LF_BLOCK;
     for (size_t b = 0; b < blocks && bad_plane < 0; b++) {
         const size_t n = block_bytes(count, b), at = b * LF_BLOCK;
         for (int p = 0, k = 0; p < es && bad_plane < 0; p++) {
@@ -448,6 +471,7 @@ PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(dec);
     free(scratch);
+    free(info);
     release_all(views, es);
     PyBuffer_Release(&dst);
     if (bad_plane >= 0) {

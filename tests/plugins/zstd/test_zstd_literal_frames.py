@@ -252,3 +252,14 @@ def test_a_corrupt_huffman_stream_in_a_stored_object_is_a_frame_error() -> None:
     frame[jump:jump + 2] = b"\xff\xff"
     with pytest.raises(FrameError, match="corrupt Huffman stream"):
         decode(bytes(frame), src.get_layout())
+
+
+@pytest.mark.parametrize("mask,error", [(2**32 + 1, OverflowError), (-1, ValueError),
+                                        (0b100, ValueError)])
+def test_a_plane_mask_out_of_range_is_refused(mask: int, error: type[Exception]) -> None:
+    from lmserde_zstd import _planes  # type: ignore[attr-defined]
+    data = _skewed(4096)
+    with pytest.raises(error):
+        _planes.encode_planes(data, 2, [np.empty(2048, np.uint8)] * 2, mask)
+    with pytest.raises(error):
+        _planes.decode_planes([data[:2048]] * 2, 2, mask, np.empty(4096, np.uint8))
