@@ -318,11 +318,11 @@ def _read_table(payload: memoryview, element_size: int, count: int,
     return found
 
 
-def _check_frame(frame: memoryview, size: int, plane: int) -> bool:
+def _check_frame(frame: memoryview, size: int, plane: int) -> None:
     """Check, before anything decodes it, that ``frame`` is exactly one zstd frame restoring
     ``size`` bytes: its header names ``size`` as the content size, a window of at most 2 MiB and
     no dictionary, and the frame spans the stored plane exactly (no second frame, no trailing
-    bytes). Returns ``True``; :class:`FrameError` otherwise."""
+    bytes); :class:`FrameError` otherwise."""
     try:
         params = zstandard.get_frame_parameters(frame)
         frame_size = pyzstd.get_frame_size(frame)
@@ -337,14 +337,12 @@ def _check_frame(frame: memoryview, size: int, plane: int) -> bool:
     if frame_size != len(frame):
         raise FrameError(f"zstd planes: plane {plane}: the stored plane holds {len(frame)} bytes, "
                          f"its zstd frame {frame_size}")
-    return True
 
 
 def _decode_plane(frame: memoryview, size: int, plane: int) -> bytes:
-    """Decode ``frame`` with libzstd (through ``pyzstd``) after :func:`_check_frame`; libzstd
-    refuses a frame that decodes to more or fewer bytes than its header says, so nothing larger
-    than ``size`` is allocated."""
-    _check_frame(frame, size, plane)
+    """Decode ``frame``, which :func:`_check_frame` passed, with libzstd (through ``pyzstd``);
+    libzstd refuses a frame that decodes to more or fewer bytes than its header says, so nothing
+    larger than ``size`` is allocated."""
     try:
         decoded = pyzstd.decompress(frame)
     except pyzstd.ZstdError as exc:
@@ -377,13 +375,12 @@ def decompress_into(payload: memoryview, out: np.ndarray, *, element_size: int) 
         if method == METHOD_RAW:
             sources.append(np.frombuffer(stored, dtype=np.uint8))
             framed.append(False)
-        elif literal_ok and _check_frame(stored, count, p) and plane_ops.is_literal_frame(
-                stored, count):
-            sources.append(stored)
-            framed.append(True)
         else:
-            sources.append(np.frombuffer(_decode_plane(stored, count, p), dtype=np.uint8))
-            framed.append(False)
+            _check_frame(stored, count, p)
+            literal = literal_ok and plane_ops.is_literal_frame(stored, count)
+            sources.append(stored if literal else
+                           np.frombuffer(_decode_plane(stored, count, p), dtype=np.uint8))
+            framed.append(literal)
     if any(framed):
         try:
             plane_ops.decode_planes(sources, element_size, framed, out)
