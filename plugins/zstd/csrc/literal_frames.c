@@ -242,36 +242,12 @@ static const uint8_t *lf_next(lf_decoder *d, uint8_t *scratch, size_t n) {
 
 #define MAX_PLANES 8
 
-static int buffers_of(PyObject *seq, int es, int writable, Py_buffer *views, const char *what) {
-    PyObject *fast = PySequence_Fast(seq, "expected a sequence of buffers");
-    if (fast == NULL) return -1;
-    if (PySequence_Fast_GET_SIZE(fast) != es) {
-        PyErr_Format(PyExc_ValueError, "expected %d %s, got %zd", es, what,
-                     PySequence_Fast_GET_SIZE(fast));
-        Py_DECREF(fast);
-        return -1;
-    }
-    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    for (int p = 0; p < es; p++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, p), &views[p], flags) < 0) {
-            for (int q = 0; q < p; q++) PyBuffer_Release(&views[q]);
-            Py_DECREF(fast);
-            return -1;
-        }
-    }
-    Py_DECREF(fast);
-    return 0;
-}
-
 static void release_all(Py_buffer *views, int count) {
     for (int p = 0; p < count; p++) PyBuffer_Release(&views[p]);
 }
 
 static int check_args(int es, int mask, size_t count) {
-    if (es != 1 && es != 2 && es != 4 && es != 8) {
-        PyErr_Format(PyExc_ValueError, "element size must be 1, 2, 4 or 8, got %d", es);
-        return -1;
-    }
+    if (planes_check_element_size(es) < 0) return -1;
     if (mask < 0 || mask >> es) {
         PyErr_Format(PyExc_ValueError, "plane mask %d names a plane beyond %d", mask, es - 1);
         return -1;
@@ -300,32 +276,28 @@ PyObject *lf_encode_planes(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "y*iOi", &src, &es, &seq, &coded)) return NULL;
     const size_t count = es > 0 ? (size_t)src.len / (size_t)es : 0;
-    if (check_args(es, coded, count) < 0 || buffers_of(seq, es, 1, views, "planes") < 0) {
+    if (check_args(es, coded, count) < 0 || planes_get_buffers(seq, es, 0, 1, views) < 0) {
         PyBuffer_Release(&src);
         return NULL;
     }
+    PyObject *result = NULL;
+    lf_encoder *enc = NULL, *slot[MAX_PLANES] = {0};
+    uint8_t *scratch = NULL, *into[MAX_PLANES];
+    int ncoded = 0;
     for (int p = 0; p < es; p++) {
+        ncoded += (int)(coded >> p & 1);
         if (!(coded >> p & 1) && (size_t)views[p].len < count) {
             PyErr_Format(PyExc_ValueError, "plane %d holds %zd bytes, %zu needed", p,
                          views[p].len, count);
-            release_all(views, es);
-            PyBuffer_Release(&src);
-            return NULL;
+            goto done;
         }
     }
-    int ncoded = 0;
-    for (int p = 0; p < es; p++) ncoded += (int)(coded >> p & 1);
-    lf_encoder *enc = ncoded ? malloc(sizeof(lf_encoder) * (size_t)ncoded) : NULL;
-    uint8_t *scratch = ncoded ? malloc(LF_BLOCK * (size_t)ncoded) : NULL;
+    enc = ncoded ? malloc(sizeof(lf_encoder) * (size_t)ncoded) : NULL;
+    scratch = ncoded ? malloc(LF_BLOCK * (size_t)ncoded) : NULL;
     if (ncoded && (enc == NULL || scratch == NULL)) {
-        free(enc);
-        free(scratch);
-        release_all(views, es);
-        PyBuffer_Release(&src);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto done;
     }
-    lf_encoder *slot[MAX_PLANES] = {0};
-    uint8_t *into[MAX_PLANES];
     Py_BEGIN_ALLOW_THREADS
     for (int p = 0, k = 0; p < es; p++)
         if (coded >> p & 1) {
@@ -348,7 +320,7 @@ PyObject *lf_encode_planes(PyObject *self, PyObject *args) {
             if (slot[p]) lf_block(slot[p], into[p], n, b + 1 == blocks);
     }
     Py_END_ALLOW_THREADS
-    PyObject *result = PyTuple_New(es);
+    result = PyTuple_New(es);
     for (int p = 0; result != NULL && p < es; p++) {
         const Py_ssize_t written = slot[p] == NULL ? (Py_ssize_t)count
                                    : slot[p]->failed ? -1 : (Py_ssize_t)slot[p]->pos;
@@ -356,6 +328,7 @@ PyObject *lf_encode_planes(PyObject *self, PyObject *args) {
         if (item == NULL) Py_CLEAR(result);
         else PyTuple_SET_ITEM(result, p, item);
     }
+done:
     free(enc);
     free(scratch);
     release_all(views, es);
@@ -395,23 +368,25 @@ PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
     (void)self;
     if (!PyArg_ParseTuple(args, "Oiiw*", &seq, &es, &framed, &dst)) return NULL;
     const size_t count = es > 0 ? (size_t)dst.len / (size_t)es : 0;
-    if (check_args(es, framed, count) < 0 || buffers_of(seq, es, 0, views, "planes") < 0) {
+    if (check_args(es, framed, count) < 0 || planes_get_buffers(seq, es, 0, 0, views) < 0) {
         PyBuffer_Release(&dst);
         return NULL;
     }
+    PyObject *result = NULL;
     int nframed = 0;
     for (int p = 0; p < es; p++) nframed += (int)(framed >> p & 1);
     const size_t blocks = lf_blocks(count);
     lf_decoder *dec = nframed ? malloc(sizeof(lf_decoder) * (size_t)nframed) : NULL;
     uint8_t *scratch = nframed ? malloc(LF_BLOCK * (size_t)nframed) : NULL;
     lf_block_info *info = nframed ? malloc(sizeof(lf_block_info) * blocks * (size_t)nframed) : NULL;
+    long bad_plane = -1;
+    size_t bad_block = 0;
+    int stream = 0;
+    lf_decoder *slot[MAX_PLANES] = {0};
+    const uint8_t *from[MAX_PLANES];
     if (nframed && (dec == NULL || scratch == NULL || info == NULL)) {
-        free(dec);
-        free(scratch);
-        free(info);
-        release_all(views, es);
-        PyBuffer_Release(&dst);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto done;
     }
     for (int p = 0, k = 0; p < es; p++) {
         const char *problem = NULL;
@@ -424,19 +399,10 @@ PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
         }
         if (problem != NULL) {
             PyErr_Format(PyExc_ValueError, "plane %d %s", p, problem);
-            free(dec);
-            free(scratch);
-            free(info);
-            release_all(views, es);
-            PyBuffer_Release(&dst);
-            return NULL;
+            goto done;
         }
     }
-    const int stream = planes_stream_wanted(count, (size_t)es, (const uint8_t *)dst.buf);
-    long bad_plane = -1;
-    size_t bad_block = 0;
-    lf_decoder *slot[MAX_PLANES] = {0};
-    const uint8_t *from[MAX_PLANES];
+    stream = planes_stream_wanted(count, (size_t)es, (const uint8_t *)dst.buf);
     Py_BEGIN_ALLOW_THREADS
     for (int p = 0, k = 0; p < es; p++)
         if (framed >> p & 1) {
@@ -469,18 +435,20 @@ PyObject *lf_decode_planes(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+    if (bad_plane >= 0) {
+        PyErr_Format(PyExc_ValueError, "plane %ld, block %zu: corrupt Huffman stream", bad_plane,
+                     bad_block);
+        goto done;
+    }
+    if (stream) planes_count_streamed();
+    result = PyLong_FromSize_t(count);
+done:
     free(dec);
     free(scratch);
     free(info);
     release_all(views, es);
     PyBuffer_Release(&dst);
-    if (bad_plane >= 0) {
-        PyErr_Format(PyExc_ValueError, "plane %ld, block %zu: corrupt Huffman stream", bad_plane,
-                     bad_block);
-        return NULL;
-    }
-    if (stream) planes_count_streamed();
-    return PyLong_FromSize_t(count);
+    return result;
 }
 
 PyMethodDef literal_frame_methods[] = {

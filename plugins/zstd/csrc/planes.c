@@ -249,14 +249,14 @@ void planes_merge(const uint8_t *const *planes, size_t n, size_t es, uint8_t *ds
 
 /* ------------------------------------------------------------------ Python bindings */
 
-static int check_element_size(int es) {
+int planes_check_element_size(int es) {
     if (es == 1 || es == 2 || es == 4 || es == 8) return 0;
     PyErr_Format(PyExc_ValueError, "element size must be 1, 2, 4 or 8, got %d", es);
     return -1;
 }
 
 /* Acquire element_size plane buffers from the sequence `seq`, each at least n bytes. */
-static int get_planes(PyObject *seq, int es, size_t n, int writable, Py_buffer *views) {
+int planes_get_buffers(PyObject *seq, int es, size_t n, int writable, Py_buffer *views) {
     PyObject *fast = PySequence_Fast(seq, "planes must be a sequence of buffers");
     if (fast == NULL) return -1;
     if (PySequence_Fast_GET_SIZE(fast) != es) {
@@ -297,12 +297,12 @@ static PyObject *py_split(PyObject *self, PyObject *args) {
     uint8_t *planes[MAX_PLANES];
     (void)self;
     if (!PyArg_ParseTuple(args, "y*iO", &src, &es, &seq)) return NULL;
-    if (check_element_size(es) < 0) {
+    if (planes_check_element_size(es) < 0) {
         PyBuffer_Release(&src);
         return NULL;
     }
     size_t n = (size_t)src.len / (size_t)es;
-    if (get_planes(seq, es, n, 1, views) < 0) {
+    if (planes_get_buffers(seq, es, n, 1, views) < 0) {
         PyBuffer_Release(&src);
         return NULL;
     }
@@ -328,12 +328,12 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
     const uint8_t *planes[MAX_PLANES];
     (void)self;
     if (!PyArg_ParseTuple(args, "Oiw*", &seq, &es, &dst)) return NULL;
-    if (check_element_size(es) < 0) {
+    if (planes_check_element_size(es) < 0) {
         PyBuffer_Release(&dst);
         return NULL;
     }
     size_t n = (size_t)dst.len / (size_t)es;
-    if (get_planes(seq, es, n, 0, views) < 0) {
+    if (planes_get_buffers(seq, es, n, 0, views) < 0) {
         PyBuffer_Release(&dst);
         return NULL;
     }

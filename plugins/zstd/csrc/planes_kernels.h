@@ -20,6 +20,11 @@ int planes_stream_wanted(size_t n, size_t es, const uint8_t *dst);
 /* Count one streamed merge (for the tests; call with the GIL held). */
 void planes_count_streamed(void);
 
+/* The bindings' argument checks (planes.c): ValueError unless es is 1, 2, 4 or 8; acquire es
+ * buffers from the sequence `seq`, each at least n bytes (-1 with an exception, nothing held). */
+int planes_check_element_size(int es);
+int planes_get_buffers(PyObject *seq, int es, size_t n, int writable, Py_buffer *views);
+
 /* literal_frames.c: its Python functions, and its set-up at import. */
 extern PyMethodDef literal_frame_methods[];
 int literal_frames_init(PyObject *module);
