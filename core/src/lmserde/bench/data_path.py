@@ -24,7 +24,8 @@ from lmserde.l1 import L1Error, L1Manager
 from lmserde.l2 import create_l2_adapter, load_sync, store_sync
 from lmserde.memory import TensorMemoryObj
 
-__all__ = ["DataPathError", "DataPathResult", "run_data_path", "BENCH_MODEL_NAME"]
+__all__ = ["DataPathError", "DataPathResult", "run_data_path", "reserve_l1_object",
+           "BENCH_MODEL_NAME"]
 
 #: ``ObjectKey.model_name`` of the bench's objects.
 BENCH_MODEL_NAME = "lmserde-bench"
@@ -49,8 +50,11 @@ class DataPathResult:
     l1_kept_bytes: list[int] = field(default_factory=list)
 
 
-def _l1_object(l1: L1Manager, key: ObjectKey, layout: Any) -> TensorMemoryObj:
-    result = l1.reserve_write([key], False, layout)
+def reserve_l1_object(l1: L1Manager, key: ObjectKey, layout: Any, *,
+                      pooled: bool = False) -> TensorMemoryObj:
+    """A write-reserved L1 object for ``key``: a regular object, or with ``pooled`` a temporary
+    from the L1 manager's buffer pool (resident pages). :class:`DataPathError` when refused."""
+    result = l1.reserve_write([key], pooled, layout)
     error, obj = result[key]
     if error is not L1Error.SUCCESS or not isinstance(obj, TensorMemoryObj):
         raise DataPathError(f"L1 reservation of a {layout.nbytes}-byte chunk failed: {error.name}")
@@ -114,7 +118,7 @@ def run_data_path(
             stored: list[int] = []
             l1_kept: list[int] = []
             for key, chunk in zip(keys, chunks):
-                obj = _l1_object(l1, key, layout)
+                obj = reserve_l1_object(l1, key, layout)
                 fill_object(obj, chunk, form)
                 l1.finish_write_and_reserve_read([key])
                 start = time.perf_counter()
@@ -136,7 +140,7 @@ def run_data_path(
                     on_step()
             decoded = []
             for key, chunk in zip(keys, chunks):
-                dst = _l1_object(l1, key, layout)
+                dst = reserve_l1_object(l1, key, layout)
                 start = time.perf_counter()
                 try:
                     bitmap = load_sync(adapter, [key], [dst], timeout)

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from lmserde.bench.data_path import DataPathError
+from lmserde.bench.data_path import BENCH_MODEL_NAME, DataPathError, reserve_l1_object
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
 from lmserde.keys import ObjectKey
-from lmserde.l1 import L1Error, L1Manager
+from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter, load_sync, store_sync
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
-from lmserde.memory import MemoryLayoutDesc, TensorMemoryObj
+from lmserde.memory import MemoryLayoutDesc
 
 __all__ = ["describe_frame_overhead", "frame_overhead_steps", "full_size_chunks",
            "measure_frame_overhead"]
@@ -87,16 +87,9 @@ class _Rounds:
         if self.on_step:
             self.on_step()
 
-    def _reserve(self, key: ObjectKey) -> TensorMemoryObj:
-        (error, obj), = self.l1.reserve_write([key], True, self.layout).values()
-        if error is not L1Error.SUCCESS or not isinstance(obj, TensorMemoryObj):
-            raise DataPathError(f"L1 reservation of a {self.layout.nbytes}-byte chunk failed: "
-                                f"{error.name}")
-        return obj
-
     def store(self, framed: bool, key: ObjectKey, chunk: torch.Tensor) -> tuple[float, float]:
         """Wall and process CPU seconds of one store task (the L1 object filled untimed)."""
-        obj = self._reserve(key)
+        obj = reserve_l1_object(self.l1, key, self.layout, pooled=True)
         obj.raw_data[:chunk.numel()].copy_(chunk)
         self.l1.finish_write_and_reserve_read([key])
         start, cpu = time.perf_counter(), time.process_time()
@@ -113,7 +106,7 @@ class _Rounds:
 
     def load(self, framed: bool, key: ObjectKey) -> tuple[float, float]:
         """Wall and process CPU seconds of one load task into a pooled L1 object."""
-        dst = self._reserve(key)
+        dst = reserve_l1_object(self.l1, key, self.layout, pooled=True)
         start, cpu = time.perf_counter(), time.process_time()
         try:
             hit = load_sync(self.adapters[framed], [key], [dst], self.timeout).test(0)
@@ -130,7 +123,7 @@ class _Rounds:
         """Store every chunk through both modes, then load every chunk back, taking turns."""
         out: dict[bool, Any] = {m: {"store": [], "load": [], "cpu": 0.0} for m in _MODES}
         nonce = os.urandom(8)
-        keys = {m: [ObjectKey(nonce + bytes([m]) + i.to_bytes(3, "big"), "lmserde-bench", 0)
+        keys = {m: [ObjectKey(nonce + bytes([m]) + i.to_bytes(3, "big"), BENCH_MODEL_NAME, 0)
                     for i in range(len(chunks))] for m in _MODES}
         order = _MODES if framed_first else _MODES[::-1]
         for i, chunk in enumerate(chunks):
