@@ -61,37 +61,58 @@ typedef void (*scramble_fn)(void *XXH_RESTRICT, const void *XXH_RESTRICT);
 
 /* ------------------------------------------------------------------ copy pieces, per SIMD level */
 
-/* Copy [from, to) of src into dst with streaming stores. dst + from is 64-byte aligned and
- * to - from a multiple of 64 (the callers keep it so). */
+/* Copy [from, to) of src into dst with streaming stores, line by line, last line first when
+ * `backward`. dst + from is 64-byte aligned and to - from a multiple of 64 (the callers keep it
+ * so). The source is prefetched PREFETCH_AHEAD past each line whichever the direction: the
+ * backward order only runs over a block the caller has just hashed (in the cache). */
 #if CC_X86
-__attribute__((target("avx512f"))) static inline void stream_lines_avx512(
-    uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
-    for (size_t i = from; i < to; i += 64) {
-        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
-        _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512(src + i));
-    }
+__attribute__((target("avx512f"))) static inline void stream_line_avx512(
+    uint8_t *dst, const uint8_t *src, size_t i) {
+    _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm512_stream_si512((void *)(dst + i), _mm512_loadu_si512(src + i));
 }
 
-__attribute__((target("avx2"))) static inline void stream_lines_avx2(
-    uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
-    for (size_t i = from; i < to; i += 64) {
-        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
-        __m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
-        _mm256_stream_si256((__m256i *)(dst + i), a);
-        _mm256_stream_si256((__m256i *)(dst + i + 32), b);
-    }
+__attribute__((target("avx2"))) static inline void stream_line_avx2(
+    uint8_t *dst, const uint8_t *src, size_t i) {
+    _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+    __m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
+    __m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
+    _mm256_stream_si256((__m256i *)(dst + i), a);
+    _mm256_stream_si256((__m256i *)(dst + i + 32), b);
 }
 
-static inline void stream_lines_sse2(uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
-    for (size_t i = from; i < to; i += 64) {
-        _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
-        for (size_t k = 0; k < 64; k += 16)
-            _mm_stream_si128((__m128i *)(dst + i + k),
-                             _mm_loadu_si128((const __m128i *)(src + i + k)));
-    }
+static inline void stream_line_sse2(uint8_t *dst, const uint8_t *src, size_t i) {
+    _mm_prefetch((const char *)(src + i + PREFETCH_AHEAD), _MM_HINT_T0);
+    for (size_t k = 0; k < 64; k += 16)
+        _mm_stream_si128((__m128i *)(dst + i + k), _mm_loadu_si128((const __m128i *)(src + i + k)));
 }
+
+#define STREAM_LINES_TEMPLATE(NAME, ATTR, LINE)                                                     \
+    ATTR static inline void NAME(uint8_t *dst, const uint8_t *src, size_t from, size_t to,          \
+                                 int backward) {                                                    \
+        if (backward) {                                                                             \
+            for (size_t i = to; i > from;) LINE(dst, src, i -= 64);                                 \
+        } else {                                                                                    \
+            for (size_t i = from; i < to; i += 64) LINE(dst, src, i);                               \
+        }                                                                                           \
+    }
+STREAM_LINES_TEMPLATE(stream_lines_avx512, __attribute__((target("avx512f"))), stream_line_avx512)
+STREAM_LINES_TEMPLATE(stream_lines_avx2, __attribute__((target("avx2"))), stream_line_avx2)
+STREAM_LINES_TEMPLATE(stream_lines_sse2, , stream_line_sse2)
 #endif
+
+/* Whether dst lies a little ahead of src modulo 4 KiB (by 1 to ALIAS_WINDOW bytes). The CPU
+ * matches a load against the stores still queued by the low 12 bits of their addresses only;
+ * copying forward from such a pair, each load of the next source lines "matches" a line just
+ * stored and waits for it (4K aliasing), which made the fused copy of a 32 MiB payload whose
+ * destination was 64 bytes ahead of its source 1-2 ms slower than with equal page offsets. For
+ * such a pair each block is hashed first (its lines then wait on no pending store of theirs)
+ * and copied last line first (each load then sits below every line just stored). */
+#define ALIAS_WINDOW 512
+static inline int dst_shadows_src(const uint8_t *dst, const uint8_t *src) {
+    const size_t ahead = (size_t)((uintptr_t)dst - (uintptr_t)src) & 4095;
+    return ahead != 0 && ahead <= ALIAS_WINDOW;
+}
 
 /* ------------------------------------------------------------- one segment: copy and XXH3-64 */
 
@@ -114,14 +135,20 @@ static inline void stream_lines_sse2(uint8_t *dst, const uint8_t *src, size_t fr
             if (copied > len) copied = len;                                                         \
             memcpy(dst, src, copied);                                                               \
         }                                                                                           \
+        const int hash_first = stream && dst != NULL && dst_shadows_src(dst, src);                  \
         for (size_t n = 0; n < nb_blocks; n++) {                                                    \
-            const size_t end = (n + 1) * BLOCK_LEN;                                                 \
+            /* hashing first, the copy trails one block behind (see dst_shadows_src) */         \
+            const size_t end = (hash_first ? n : n + 1) * BLOCK_LEN;                                \
+            if (hash_first) {                                                                       \
+                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
+                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
+            }                                                                                       \
             if (dst != NULL) {                                                                      \
                 if (stream) {                                                                       \
                     if (end > copied) {                                                             \
                         size_t to = copied + ((end - copied + 63) & ~(size_t)63);                   \
                         if (to > len) to = copied + ((len - copied) & ~(size_t)63);                 \
-                        STREAM_LINES(dst, src, copied, to);                                         \
+                        STREAM_LINES(dst, src, copied, to, hash_first);                             \
                         copied = to;                                                                \
                     }                                                                               \
                 } else {                                                                            \
@@ -129,8 +156,10 @@ static inline void stream_lines_sse2(uint8_t *dst, const uint8_t *src, size_t fr
                     copied = end;                                                                   \
                 }                                                                                   \
             }                                                                                       \
-            ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                               \
-            SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                                   \
+            if (!hash_first) {                                                                      \
+                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
+                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
+            }                                                                                       \
         }                                                                                           \
         if (dst != NULL && copied < len) memcpy(dst + copied, src + copied, len - copied);          \
         {                                                                                           \
@@ -151,7 +180,9 @@ COPY_HASH_TEMPLATE(copy_hash_avx2, __attribute__((target("avx2"))), XXH3_accumul
 COPY_HASH_TEMPLATE(copy_hash_sse2, , XXH3_accumulate_sse2, XXH3_scrambleAcc_sse2,
                    stream_lines_sse2)
 #else
-static inline void stream_lines_plain(uint8_t *dst, const uint8_t *src, size_t from, size_t to) {
+static inline void stream_lines_plain(uint8_t *dst, const uint8_t *src, size_t from, size_t to,
+                                      int backward) {
+    (void)backward;
     memcpy(dst + from, src + from, to - from);
 }
 COPY_HASH_TEMPLATE(copy_hash_plain, , XXH3_accumulate, XXH3_scrambleAcc, stream_lines_plain)

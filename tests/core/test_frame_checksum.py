@@ -79,6 +79,28 @@ def test_large_copies_match_the_definition(kernel: str, n: int,
     _copy_and_check(n, *offsets)
 
 
+def _copy_at_page_distance(n: int, ahead: int) -> None:
+    """Copy ``n`` bytes to a destination ``ahead`` bytes past the source's offset in its 4 KiB
+    page (whatever the two allocations' own offsets), then check bytes, checksum and guards."""
+    src = SOURCE[:n]
+    area = torch.full((n + 3 * 4096,), 0xA5, dtype=torch.uint8)
+    start = 4096 + (src.data_ptr() - area.data_ptr() - 4096 + ahead) % 4096
+    dst = area[start:start + n]
+    assert (dst.data_ptr() - src.data_ptr()) % 4096 == ahead % 4096
+    assert copy_with_checksum(dst, src) == definition(src)
+    assert torch.equal(dst, src)
+    assert area[:start].eq(0xA5).all() and area[start + n:].eq(0xA5).all()
+
+
+@pytest.mark.parametrize("n", [2 * MIB, 2 * MIB + 1024 + 77, SEG + 4096 + 5])
+@pytest.mark.parametrize("ahead", [0, 1, 63, 64, 65, 128, 511, 512, 513, 4032, 4095])
+def test_large_copies_whatever_the_page_distance(kernel: str, n: int, ahead: int) -> None:
+    """A destination a little ahead of its source modulo 4 KiB (up to 512 bytes) is copied by
+    another path (each block hashed first, the copy one block behind, last line first) that
+    must give the same bytes and checksum as the others, at the window's edges too."""
+    _copy_at_page_distance(n, ahead)
+
+
 def test_large_copies_stream(kernel: str) -> None:
     if kernel != "kernel":
         pytest.skip("the fallback has no streaming copy")
