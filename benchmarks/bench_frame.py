@@ -7,7 +7,10 @@ rotate (``--chunks``, default 8 = 256 MiB) so the working set is far above the C
 regime). The measurement is :func:`lmserde.bench.frame_overhead.measure_frame_overhead` (the one
 ``lmserde bench`` runs): after a warm-up round, each of ``--repeats`` rounds stores every chunk,
 then loads every chunk back, one task each, the two modes taking turns chunk by chunk (who goes
-first alternates between rounds), over pooled L1 objects with resident pages. The wall-time
+first alternates between rounds), over pooled L1 objects with resident pages, every object of a
+round written before the round's first store (a store's source is in DRAM, as an L1 object
+written by the GPU some time before its L2 store is; ``--hot-sources`` writes each one just
+before its store instead, so its source is still in the CPU cache). The wall-time
 overhead is ``framed / unframed - 1`` of the median store plus the median load over all rounds (a
 ratio of medians; the range: the same ratio per round); the CPU overhead is the median over rounds
 of the same ratio of the process's CPU time (every thread) during each mode's tasks. The
@@ -15,7 +18,7 @@ checksum's own speed (XXH3-64 over the same chunks) is reported against ``memcpy
 the same run.
 
 Run: ``python benchmarks/bench_frame.py [--serde identity --serde fp8] [--chunks 8]
-[--repeats 7] [--dir DIR] [--json]``.
+[--repeats 7] [--dir DIR] [--hot-sources] [--json]``.
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ def _checksum_vs_memcpy(chunks: list[torch.Tensor]) -> tuple[float, float]:
     return nbytes / statistics.median(copy) / 1e9, nbytes / statistics.median(hashing) / 1e9
 
 
-def measure(serde: dict, chunks: list[torch.Tensor], repeats: int, workdir: str) -> dict:
+def measure(serde: dict, chunks: list[torch.Tensor], repeats: int, workdir: str, *,
+            cold_sources: bool = True) -> dict:
     """One serde, framed vs unframed, paired round by round (:mod:`lmserde.bench.frame_overhead`,
     the measurement ``lmserde bench`` runs too)."""
     return measure_frame_overhead({"type": "fs", "base_path": workdir}, serde, chunks, repeats,
-                                  layout=LLAMA3_8B_CHUNK)
+                                  layout=LLAMA3_8B_CHUNK, cold_sources=cold_sources)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--dir", default=None, help="where the fs adapters write (default: a "
                         "temporary directory)")
+    parser.add_argument("--hot-sources", action="store_true", help="write each L1 object just "
+                        "before its store (its source in the CPU cache) instead of all of a "
+                        "round's objects first")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     serdes = args.serde or ["identity"]
@@ -93,20 +100,22 @@ def main(argv: list[str] | None = None) -> int:
               .reshape(-1).view(torch.uint8) for _ in range(args.chunks)]
     workdir = tempfile.mkdtemp(prefix="lmserde-bench-frame-", dir=args.dir)
     try:
-        rows = [measure({"type": s}, chunks, args.repeats, os.path.join(workdir, s))
-                for s in serdes]
+        rows = [measure({"type": s}, chunks, args.repeats, os.path.join(workdir, s),
+                        cold_sources=not args.hot_sources) for s in serdes]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     memcpy_gbs, xxh3_gbs = _checksum_vs_memcpy(chunks)
     report = {"chunk_mib": LLAMA3_8B_CHUNK.nbytes >> 20, "chunks": args.chunks,
               "repeats": args.repeats, "l1": "pooled",
+              "sources": "hot" if args.hot_sources else "cold",
               "cpu_flags": _cpu_flags(), "memcpy_gbs": memcpy_gbs,
               "xxh3_gbs": xxh3_gbs, "goal": GOAL, "rows": rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"stored-object frame on the wrapper path: fs, {args.chunks} x {report['chunk_mib']} MiB "
-          f"Llama-3-8B bf16 chunks, {args.repeats} repeats, {report['l1']} L1 objects (CPU flags: "
+          f"Llama-3-8B bf16 chunks, {args.repeats} repeats, {report['l1']} L1 objects, "
+          f"{report['sources']} sources (CPU flags: "
           f"{report['cpu_flags']})")
     print(f"  XXH3-64 checksum {xxh3_gbs:.2f} GB/s = {xxh3_gbs / memcpy_gbs:.2f}x memcpy "
           f"({memcpy_gbs:.2f} GB/s) in this run; {FRAME_HEADER_BYTES} bytes per object")

@@ -93,6 +93,25 @@ class MemoryObj(ABC):
         return MemoryLayoutDesc(self.get_shapes(), self.get_dtypes())
 
 
+_BYTE_LAYOUTS: dict[int, MemoryLayoutDesc] = {}
+_BYTE_LAYOUT_CACHE_LIMIT = 256
+
+
+def _layout_of_metadata(metadata: MemoryObjMetadata) -> MemoryLayoutDesc:
+    """The layout ``metadata`` describes; a flat byte buffer's is shared per size (byte views
+    are made on the data path for every stored object, where building one costs)."""
+    shapes, dtypes = metadata.shapes, metadata.dtypes
+    if len(shapes) == 1 and len(shapes[0]) == 1 and dtypes == [torch.uint8]:
+        nbytes = int(shapes[0][0])
+        layout = _BYTE_LAYOUTS.get(nbytes)
+        if layout is None:
+            if len(_BYTE_LAYOUTS) >= _BYTE_LAYOUT_CACHE_LIMIT:
+                _BYTE_LAYOUTS.clear()
+            layout = _BYTE_LAYOUTS[nbytes] = MemoryLayoutDesc([[nbytes]], [torch.uint8])
+        return layout
+    return MemoryLayoutDesc(shapes, dtypes)
+
+
 class TensorMemoryObj(MemoryObj):
     """A memory object backed by a flat uint8 torch tensor.
 
@@ -116,7 +135,7 @@ class TensorMemoryObj(MemoryObj):
             metadata.dtypes = [metadata.dtype] if metadata.dtype is not None else []
         self._raw = raw_data
         self._meta = metadata
-        self._layout = MemoryLayoutDesc(metadata.shapes, metadata.dtypes)
+        self._layout = _layout_of_metadata(metadata)
         self._offsets = self._layout.group_offsets()
         if self._offsets[-1] > raw_data.numel():
             raise ValueError(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from lmserde import MemoryLayoutDesc
+from lmserde.bench import frame_overhead
 from lmserde.bench.data_path import DataPathError
 from lmserde.bench.frame_overhead import (
     describe_frame_overhead,
@@ -42,6 +43,29 @@ def test_both_modes_store_and_load_every_chunk_in_their_own_directory(tmp_path: 
     assert lo <= hi
     line = describe_frame_overhead(found)
     assert line is not None and "0.2 MiB chunk through identity" in line and "3 rounds" in line
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_sources_are_written_long_before_their_store_unless_asked_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cold: bool) -> None:
+    """DRAM regime by default: every L1 object of a round is written before its first store (a
+    store's source is no longer in the CPU cache); ``cold_sources=False`` writes each one just
+    before its store."""
+    events: list[str] = []
+    fill, store = frame_overhead._Rounds.fill, frame_overhead._Rounds.store
+    monkeypatch.setattr(frame_overhead._Rounds, "fill",
+                        lambda self, *a: (events.append("fill"), fill(self, *a))[1])
+    monkeypatch.setattr(frame_overhead._Rounds, "store",
+                        lambda self, *a: (events.append("store"), store(self, *a))[1])
+    measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)}, {"type": "identity"},
+                           _chunks(3), 1, cold_sources=cold)
+    per_round = 3 * 2  # chunks x modes
+    assert len(events) == 2 * 2 * per_round  # warm-up + 1 round, a fill and a store each
+    for first in (0, 2 * per_round):
+        round_events = events[first:first + 2 * per_round]
+        expected = (["fill"] * per_round + ["store"] * per_round if cold
+                    else ["fill", "store"] * per_round)
+        assert round_events == expected
 
 
 def test_a_layout_that_does_not_match_the_chunks_is_refused(tmp_path: Path) -> None:

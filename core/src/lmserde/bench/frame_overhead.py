@@ -5,9 +5,12 @@ and one without (an adapter with a ``base_path`` gets a sub-directory per mode),
 :class:`~lmserde.l1.L1Manager` whose objects are pooled buffers with resident pages (like
 LMCache's pinned L1 pool; a freshly allocated destination page-faults on its first write for about
 as long as the rest of a load, a slower base that would make the frame look cheaper than it is).
-A round stores every chunk through both adapters, the two modes taking turns chunk by chunk (who
-goes first alternates between rounds), then loads every chunk back the same way, so a slow spell
-of a shared machine hits both modes alike. The first round warms the adapters, pools and page
+A round writes every chunk into an L1 object of each mode, then stores them through both
+adapters, the two modes taking turns chunk by chunk (who goes first alternates between rounds),
+then loads every chunk back the same way, so a slow spell of a shared machine hits both modes
+alike. Writing them all first puts each store's source in DRAM, as for an L1 object a GPU wrote
+some time before its L2 store (``cold_sources=False``: each object is written just before its
+store, its source still in the CPU cache). The first round warms the adapters, pools and page
 cache and is not counted.
 
 The overhead is ``framed / unframed - 1`` of the median store plus the median load over all
@@ -33,7 +36,7 @@ from lmserde.keys import ObjectKey
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter, load_sync, store_sync
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
-from lmserde.memory import MemoryLayoutDesc
+from lmserde.memory import MemoryLayoutDesc, MemoryObj
 
 __all__ = ["describe_frame_overhead", "frame_overhead_steps", "full_size_chunks",
            "measure_frame_overhead"]
@@ -70,10 +73,15 @@ class _Rounds:
     """The two adapters, the L1 manager and the keys of one measurement."""
 
     def __init__(self, adapter_spec: Mapping[str, Any], serde: Any, layout: MemoryLayoutDesc,
-                 chunks: int, timeout: float, on_step: Callable[[], None] | None) -> None:
+                 chunks: int, timeout: float, on_step: Callable[[], None] | None,
+                 cold_sources: bool) -> None:
         self.layout, self.timeout, self.on_step = layout, timeout, on_step
-        # every chunk of both modes may be pooled at once, plus the wrapper's temporaries
-        self.l1 = L1Manager(4 * (chunks + 1) * layout.nbytes + (64 << 20))
+        self.cold_sources = cold_sources
+        # every chunk of both modes may be pooled at once, plus the wrapper's temporaries; the
+        # pool keeps them all (a bounded pool would evict the framed temporaries' odd size and
+        # charge their page faults to the frame)
+        capacity = 4 * (chunks + 1) * layout.nbytes + (64 << 20)
+        self.l1 = L1Manager(capacity, temp_pool_bytes=capacity)
         self.adapters: dict[bool, Any] = {}
         for framed in _MODES:
             self.adapters[framed] = create_l2_adapter(
@@ -87,11 +95,15 @@ class _Rounds:
         if self.on_step:
             self.on_step()
 
-    def store(self, framed: bool, key: ObjectKey, chunk: torch.Tensor) -> tuple[float, float]:
-        """Wall and process CPU seconds of one store task (the L1 object filled untimed)."""
+    def fill(self, key: ObjectKey, chunk: torch.Tensor) -> MemoryObj:
+        """A pooled L1 object for ``key`` holding ``chunk``'s bytes, ready to be stored (untimed)."""
         obj = reserve_l1_object(self.l1, key, self.layout, pooled=True)
         obj.raw_data[:chunk.numel()].copy_(chunk)
         self.l1.finish_write_and_reserve_read([key])
+        return obj
+
+    def store(self, framed: bool, key: ObjectKey, obj: MemoryObj) -> tuple[float, float]:
+        """Wall and process CPU seconds of one store task of the filled object ``obj``."""
         start, cpu = time.perf_counter(), time.process_time()
         try:
             ok = store_sync(self.adapters[framed], [key], [obj], self.timeout).is_successful()
@@ -126,9 +138,16 @@ class _Rounds:
         keys = {m: [ObjectKey(nonce + bytes([m]) + i.to_bytes(3, "big"), BENCH_MODEL_NAME, 0)
                     for i in range(len(chunks))] for m in _MODES}
         order = _MODES if framed_first else _MODES[::-1]
+        filled: dict[tuple[bool, int], MemoryObj] = {}
+        if self.cold_sources:  # every object written before the first store: sources in DRAM
+            filled = {(m, i): self.fill(keys[m][i], chunk)
+                      for i, chunk in enumerate(chunks) for m in order}
         for i, chunk in enumerate(chunks):
             for m in order:
-                wall, cpu = self.store(m, keys[m][i], chunk)
+                obj = filled.pop((m, i), None)
+                if obj is None:  # hot source: written into L1 just before its store
+                    obj = self.fill(keys[m][i], chunk)
+                wall, cpu = self.store(m, keys[m][i], obj)
                 out[m]["store"].append(wall)
                 out[m]["cpu"] += cpu
         for i in range(len(chunks)):
@@ -147,13 +166,14 @@ def _ms(stores: list[float], loads: list[float]) -> float:
 
 def measure_frame_overhead(
     adapter_spec: Mapping[str, Any], serde: Any, chunks: Sequence[torch.Tensor], rounds: int, *,
-    layout: MemoryLayoutDesc | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-    on_step: Callable[[], None] | None = None,
+    layout: MemoryLayoutDesc | None = None, cold_sources: bool = True,
+    timeout: float = DEFAULT_TIMEOUT_S, on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Store + load of ``chunks`` (1-D ``uint8`` tensors of one size: the objects' bytes) through
     ``serde``, framed and unframed, over ``rounds`` counted rounds after one warm-up round.
     ``layout``: the objects' layout (default: one ``uint8`` tensor of the chunk's size; a
-    quantizing serde needs the real one).
+    quantizing serde needs the real one). ``cold_sources``: write every L1 object of a round
+    before its first store (the default), else each just before its store.
 
     Returns ``serde`` (its type), ``bytes_per_object``, ``chunk_bytes``, ``rounds``,
     ``framed_ms`` / ``unframed_ms`` (median store + median load per chunk), ``overhead`` and
@@ -170,7 +190,7 @@ def measure_frame_overhead(
     if layout.nbytes != nbytes:
         raise ValueError(f"measure_frame_overhead: a {layout.nbytes}-byte layout for "
                          f"{nbytes}-byte chunks")
-    paired = _Rounds(adapter_spec, serde, layout, len(chunks), timeout, on_step)
+    paired = _Rounds(adapter_spec, serde, layout, len(chunks), timeout, on_step, cold_sources)
     try:
         paired.round(chunks, True)  # warm-up: page cache, pools, plans
         done = [paired.round(chunks, r % 2 == 1) for r in range(rounds)]

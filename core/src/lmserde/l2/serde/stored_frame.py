@@ -33,6 +33,7 @@ one codec (``ObjectFramer``) must change together; the payload checksum lives in
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
 from collections.abc import Callable, Mapping
@@ -52,7 +53,7 @@ from lmserde.l2.serde.payload_checksum import (
     xxh3_of_tensor,
 )
 from lmserde.layout import MemoryLayoutDesc
-from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
+from lmserde.memory import MemoryFormat, MemoryObj, MemoryObjMetadata, TensorMemoryObj
 
 __all__ = [
     "FRAME_MAGIC",
@@ -303,6 +304,31 @@ def check_header(
         raise FrameRejected("layout", "written for an object of another layout")
 
 
+def _is_plain_cpu_bytes(raw: torch.Tensor, nbytes: int) -> bool:
+    """``raw`` (a ``MemoryObj.raw_data``: a flat uint8 tensor) is in CPU memory and holds at
+    least ``nbytes`` bytes."""
+    return raw.is_cpu and raw.numel() >= nbytes
+
+
+def _put_header(raw: torch.Tensor, header: bytes) -> None:
+    """Write the header bytes at the start of ``raw``. A header is written and read on the data
+    path right after a pass over a large payload has flushed the CPU caches, where every torch
+    operation costs tens of microseconds: a plain CPU byte buffer is written with one
+    ``memmove`` instead."""
+    if _is_plain_cpu_bytes(raw, len(header)):
+        ctypes.memmove(raw.data_ptr(), header, len(header))
+    else:
+        raw[:len(header)].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+
+
+def _get_header(raw: torch.Tensor) -> bytes:
+    """The first ``FRAME_HEADER_BYTES`` of ``raw`` (which has at least that many), copied out
+    (with one ``string_at`` from a plain CPU byte buffer: see :func:`_put_header`)."""
+    if _is_plain_cpu_bytes(raw, FRAME_HEADER_BYTES):
+        return ctypes.string_at(raw.data_ptr(), FRAME_HEADER_BYTES)
+    return bytes(tensor_bytes(raw[:FRAME_HEADER_BYTES].contiguous().cpu()))
+
+
 def _confirmed() -> None:
     """The ``confirm()`` of a payload without checksum: nothing to wait for."""
 
@@ -311,8 +337,11 @@ def _payload_obj(raw: torch.Tensor, *, serde_hashes: bool = False) -> TensorMemo
     """A byte object over ``raw``; ``serde_hashes``: one with a bound hasher for the serde
     (:class:`~lmserde.frame_checksum.FramedPayload`)."""
     cls = FramedPayload if serde_hashes else TensorMemoryObj
-    return cls.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
-                    fmt=MemoryFormat.BINARY_BUFFER)
+    n = raw.numel()
+    return cls(raw, MemoryObjMetadata(shape=torch.Size([n]), dtype=torch.uint8,
+                                      address=raw.data_ptr(), phy_size=n,
+                                      shapes=[torch.Size([n])], dtypes=[torch.uint8],
+                                      fmt=MemoryFormat.BINARY_BUFFER))
 
 
 class PendingHeader:
@@ -386,12 +415,11 @@ class ObjectFramer:
         ``checksum``: the payload checksum when the caller has it (the serde computed it while
         writing the payload); otherwise it is computed here.
         """
-        raw = buffer.raw_data
-        payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
         if not self.checksum:
             checksum = None
         elif checksum is None:
-            checksum = payload_checksum(payload)
+            raw = buffer.raw_data
+            checksum = payload_checksum(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
         self._write_header(buffer, payload_length, checksum, key, self._layout_field(layout))
 
     def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
@@ -424,8 +452,7 @@ class ObjectFramer:
                       key: ObjectKey, layout_bytes: tuple[bytes, bool]) -> None:
         header = build_header(payload_length=payload_length, checksum=checksum,
                               config_id=self.config_id, key=key, layout_bytes=layout_bytes)
-        raw = buffer.raw_data
-        raw[:FRAME_HEADER_BYTES].copy_(torch.frombuffer(bytearray(header), dtype=torch.uint8))
+        _put_header(buffer.raw_data, header)
         buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
 
     def open(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
@@ -462,7 +489,7 @@ class ObjectFramer:
         raw = buffer.raw_data
         if size < FRAME_HEADER_BYTES:
             raise FrameRejected("format", f"object of {size} bytes is shorter than the header")
-        header = parse_header(tensor_bytes(raw[:FRAME_HEADER_BYTES]))
+        header = parse_header(_get_header(raw))
         check_header(header, stored_payload_bytes=size - FRAME_HEADER_BYTES, payload_bound=bound,
                      config_id=self.config_id, key=key,
                      layout_bytes=None if layout is None else self._layout_field(layout))
