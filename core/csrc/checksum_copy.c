@@ -498,6 +498,32 @@ static PyObject *py_simd_level(PyObject *self, PyObject *noargs) {
 #endif
 }
 
+/* The highest level this CPU runs (set once at import). */
+static int g_max_level = LEVEL_SSE2;
+
+static PyObject *py_set_simd_level(PyObject *self, PyObject *arg) {
+    (void)self;
+    static const char *names[] = {"sse2", "avx2", "avx512"};
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL) return NULL;
+#if CC_X86
+    for (int level = LEVEL_SSE2; level <= LEVEL_AVX512; level++) {
+        if (strcmp(name, names[level]) != 0) continue;
+        if (level > g_max_level) {
+            PyErr_Format(PyExc_ValueError, "set_simd_level: this CPU does not run %s", name);
+            return NULL;
+        }
+        const int previous = g_level;
+        g_level = level;  /* every level computes the same values: a hash may change level */
+        return PyUnicode_FromString(names[previous]);
+    }
+#else
+    (void)names;
+#endif
+    PyErr_Format(PyExc_ValueError, "set_simd_level: unknown or unsupported level %R", arg);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"copy_checksum", py_copy_checksum, METH_VARARGS, copy_checksum_doc},
     {"hasher_new", py_hasher_new, METH_VARARGS,
@@ -517,6 +543,9 @@ static PyMethodDef methods[] = {
      "streamed_copies() -> int: copies so far that wrote with streaming stores"},
     {"simd_level", py_simd_level, METH_NOARGS,
      "simd_level() -> str: the kernels this CPU runs (avx512, avx2, sse2 or portable)"},
+    {"set_simd_level", py_set_simd_level, METH_O,
+     "set_simd_level(name) -> str: run the kernels of a lower level (sse2, avx2, avx512) than\n"
+     "the CPU's best, for tests and A/B benchmarks; returns the previous level"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -531,6 +560,7 @@ PyMODINIT_FUNC PyInit__checksum_copy(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) g_level = LEVEL_AVX2;
     if (__builtin_cpu_supports("avx512f")) g_level = LEVEL_AVX512;
+    g_max_level = g_level;
 #endif
     PyObject *module = PyModule_Create(&moddef);
     if (module == NULL) return NULL;

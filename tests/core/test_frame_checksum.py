@@ -278,3 +278,42 @@ def test_only_framed_payloads_get_a_hasher(kernel: str) -> None:
         kernel == "kernel")
     with pytest.raises(ValueError, match="bound"):
         PayloadHasher().copy_in(torch.zeros(8, dtype=torch.uint8))
+
+
+def _levels() -> list[str]:
+    """The SIMD levels the kernel can run on this CPU (its best and every one below)."""
+    if frame_checksum._kernel is None:
+        return []
+    order = ["sse2", "avx2", "avx512"]
+    best = frame_checksum._kernel.simd_level()
+    return order[:order.index(best) + 1] if best in order else []
+
+
+@pytest.mark.parametrize("level", ["sse2", "avx2", "avx512"])
+@pytest.mark.parametrize("ahead", [0, 64, 4032])
+def test_every_simd_level_gives_the_same_copy_and_checksum(level: str, ahead: int) -> None:
+    """The kernel's lower levels run on this CPU too (``set_simd_level``): each must copy and
+    hash exactly like the definition, hashers included."""
+    if level not in _levels():
+        pytest.skip(f"this CPU (or build) does not run the {level} kernel")
+    previous = frame_checksum._kernel.set_simd_level(level)
+    try:
+        assert frame_checksum._kernel.simd_level() == level
+        _copy_at_page_distance(SEG + 4096 + 5, ahead)
+        hasher = PayloadHasher()
+        for piece in (SOURCE[:1000], SOURCE[1000:SEG + 77]):
+            hasher.update(piece)
+        assert hasher.digest() == definition(SOURCE[:SEG + 77])
+    finally:
+        frame_checksum._kernel.set_simd_level(previous)
+
+
+@pytest.mark.skipif(frame_checksum._kernel is None, reason="no checksum kernel")
+def test_an_unknown_or_unsupported_simd_level_is_refused() -> None:
+    best = frame_checksum._kernel.simd_level()
+    with pytest.raises(ValueError, match="unknown"):
+        frame_checksum._kernel.set_simd_level("avx9000")
+    if best != "avx512":
+        with pytest.raises(ValueError, match="does not run"):
+            frame_checksum._kernel.set_simd_level("avx512")
+    assert frame_checksum._kernel.simd_level() == best
