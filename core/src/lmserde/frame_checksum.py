@@ -263,8 +263,13 @@ class FramedPayload(TensorMemoryObj):
 
     _hasher: PayloadHasher | None = None
 
+    def forget_hasher(self) -> None:
+        """Start a new use of this buffer: the next :meth:`payload_hasher` is a fresh hasher (the
+        serde wrapper reuses the views of its pooled temporaries)."""
+        self._hasher = None
+
     def payload_hasher(self) -> PayloadHasher:
-        """The hasher bound to this buffer's bytes (one per buffer)."""
+        """The hasher bound to this buffer's bytes (one per use of the buffer)."""
         if self._hasher is None:
             raw = self.raw_data
             self._hasher = PayloadHasher(bound=(raw.data_ptr(), raw.numel()))

@@ -52,8 +52,9 @@ from lmserde.l2.serde.payload_checksum import (
     xxh3_64,
     xxh3_of_tensor,
 )
+from lmserde.l2.serde.payload_views import PayloadViews
 from lmserde.layout import MemoryLayoutDesc
-from lmserde.memory import MemoryFormat, MemoryObj, MemoryObjMetadata, TensorMemoryObj
+from lmserde.memory import MemoryObj, TensorMemoryObj
 
 __all__ = [
     "FRAME_MAGIC",
@@ -333,17 +334,6 @@ def _confirmed() -> None:
     """The ``confirm()`` of a payload without checksum: nothing to wait for."""
 
 
-def _payload_obj(raw: torch.Tensor, *, serde_hashes: bool = False) -> TensorMemoryObj:
-    """A byte object over ``raw``; ``serde_hashes``: one with a bound hasher for the serde
-    (:class:`~lmserde.frame_checksum.FramedPayload`)."""
-    cls = FramedPayload if serde_hashes else TensorMemoryObj
-    n = raw.numel()
-    return cls(raw, MemoryObjMetadata(shape=torch.Size([n]), dtype=torch.uint8,
-                                      address=raw.data_ptr(), phy_size=n,
-                                      shapes=[torch.Size([n])], dtypes=[torch.uint8],
-                                      fmt=MemoryFormat.BINARY_BUFFER))
-
-
 class PendingHeader:
     """A frame header that :meth:`finish_head` writes once its payload checksum is ready (a
     :class:`~lmserde.l2.contract.head_last.DeferredHead`)."""
@@ -381,6 +371,7 @@ class ObjectFramer:
         self.config_id = config_fingerprint(config)
         self.checksum = checksum
         self._layouts: dict[MemoryLayoutDesc, tuple[bytes, bool]] = {}
+        self._views = PayloadViews()
 
     def _layout_field(self, layout: MemoryLayoutDesc) -> tuple[bytes, bool]:
         field = self._layouts.get(layout)
@@ -398,9 +389,8 @@ class ObjectFramer:
         """A byte object over the payload region of ``buffer`` (``bound`` bytes at offset 64),
         whose bytes the serde may hash in its own pass when this framer stores a checksum
         (:mod:`lmserde.frame_checksum`; :meth:`serde_checksum` reads the result)."""
-        raw = buffer.raw_data
-        return _payload_obj(raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + bound],
-                            serde_hashes=self.checksum)
+        return self._views.view(buffer, FRAME_HEADER_BYTES, FRAME_HEADER_BYTES + bound,
+                                hashing=self.checksum)
 
     @staticmethod
     def serde_checksum(payload: MemoryObj, nbytes: int) -> int | None:
@@ -493,12 +483,14 @@ class ObjectFramer:
         check_header(header, stored_payload_bytes=size - FRAME_HEADER_BYTES, payload_bound=bound,
                      config_id=self.config_id, key=key,
                      layout_bytes=None if layout is None else self._layout_field(layout))
-        payload = raw[FRAME_HEADER_BYTES:size]
         expected = header.payload_checksum
+        hashing = (expected is not None and serde_hashes
+                   and size - FRAME_HEADER_BYTES > CHECKSUM_SEGMENT_BYTES)
+        view = self._views.view(buffer, FRAME_HEADER_BYTES, size, hashing=hashing)
         if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
-            return _payload_obj(payload), _confirmed  # the header checksum covers this flag
-        if serde_hashes and payload.numel() > CHECKSUM_SEGMENT_BYTES:
-            view = _payload_obj(payload, serde_hashes=True)
+            return view, _confirmed  # the header checksum covers this flag
+        payload = view.raw_data
+        if hashing:
 
             def confirm_serde_hash() -> None:
                 found = self.serde_checksum(view, payload.numel())
@@ -511,11 +503,11 @@ class ObjectFramer:
         if payload.numel() <= CHECKSUM_SEGMENT_BYTES:  # one segment, just read into the cache:
             if xxh3_of_tensor(payload) != expected:  # hashing it here beats a hand-off to a thread
                 raise FrameRejected("checksum", "payload checksum mismatch")
-            return _payload_obj(payload), _confirmed
+            return view, _confirmed
         pending = start_payload_checksum(payload)
 
         def confirm() -> None:
             if pending() != expected:
                 raise FrameRejected("checksum", "payload checksum mismatch")
 
-        return _payload_obj(payload), confirm
+        return view, confirm
