@@ -106,8 +106,9 @@ STREAM_LINES_TEMPLATE(stream_lines_sse2, , stream_line_sse2)
  * copying forward from such a pair, each load of the next source lines "matches" a line just
  * stored and waits for it (4K aliasing), which made the fused copy of a 32 MiB payload whose
  * destination was 64 bytes ahead of its source 1-2 ms slower than with equal page offsets. For
- * such a pair each block is hashed first (its lines then wait on no pending store of theirs)
- * and copied last line first (each load then sits below every line just stored). */
+ * such a pair each 1 KiB block is hashed first and copied one block later, last line first: the
+ * hash's loads then lie past every store still queued, and each of the copy's loads (from the
+ * cache) below the lines it has just stored. */
 #define ALIAS_WINDOW 512
 static inline int dst_shadows_src(const uint8_t *dst, const uint8_t *src) {
     const size_t ahead = (size_t)((uintptr_t)dst - (uintptr_t)src) & 4095;
@@ -137,7 +138,7 @@ static inline int dst_shadows_src(const uint8_t *dst, const uint8_t *src) {
         }                                                                                           \
         const int hash_first = stream && dst != NULL && dst_shadows_src(dst, src);                  \
         for (size_t n = 0; n < nb_blocks; n++) {                                                    \
-            /* hashing first, the copy trails one block behind (see dst_shadows_src) */         \
+            /* hashing first, the copy trails one block behind (see dst_shadows_src) */             \
             const size_t end = (hash_first ? n : n + 1) * BLOCK_LEN;                                \
             if (hash_first) {                                                                       \
                 ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
