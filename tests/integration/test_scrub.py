@@ -286,3 +286,35 @@ def test_an_adapter_that_cannot_say_sizes_leaves_objects_unverified(
         sizeless.close()
     assert report.verdicts == {"unverified": 3} and report.deleted == 0
     assert all((tmp_path / key_file_name(key)).exists() for key in keys)
+
+
+def test_payloads_only_a_decode_checks_are_unchecked_without_decode(
+        tmp_path: Path, l1: L1Manager, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    """aesgcm frame v2 authenticates its payload, so its frames carry no checksum: a scrub
+    without ``--decode`` must not call such an object ``ok`` (a flipped ciphertext byte passes
+    every frame check); ``--decode`` authenticates it and finds the damage."""
+    pytest.importorskip("lmserde_aesgcm")
+    key_file = tmp_path / "master.key"
+    key_file.write_bytes(bytes(range(32)))
+    key_file.chmod(0o600)
+    base = tmp_path / "tier"
+    spec = {"type": "fs", "base_path": str(base),
+            "serde": {"type": "aesgcm", "master_key_path": str(key_file), "frame_version": 2}}
+    keys = [key_of(i, salt="tenant") for i in range(3)]
+    wrapper = create_l2_adapter(spec, l1)
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
+    finally:
+        wrapper.close()
+    flipped = base / key_file_name(keys[1])
+    data = bytearray(flipped.read_bytes())
+    data[FRAME_HEADER_BYTES + 40] ^= 0x01  # inside the ciphertext
+    flipped.write_bytes(bytes(data))
+
+    code, report = _scrub_json(capsys, json.dumps(spec))
+    assert code == 0 and report["verdicts"] == {"unchecked": 3} and report["ok"] == 0
+    assert main(["scrub", json.dumps(spec)]) == 0
+    assert "3 objects were checked by their frame only" in capsys.readouterr().out
+    code, report = _scrub_json(capsys, json.dumps(spec), "--decode")
+    assert code == 1 and report["verdicts"] == {"ok": 2, "decode": 1}
+    assert [d["chunk_hash"] for d in report["damaged"]] == [keys[1].chunk_hash.hex()]

@@ -101,6 +101,10 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"deleted {report.deleted} damaged objects")
     elif report.damaged:
         print("run again with --delete to remove the damaged objects (each is a miss anyway)")
+    if report.unchecked:
+        print(f"{report.unchecked} objects were checked by their frame only: their serde "
+              "authenticates the payload instead of a frame checksum, so only --decode checks "
+              "its bytes")
     if report.unverified:
         print(f"{report.unverified} objects could not be verified, for a reason other than their "
               "bytes (a key service or the storage could not be reached, or an object needs more "

@@ -5,7 +5,9 @@ checked (format, length, config, key, checksum) against the wrapper's serde conf
 ``decode`` the objects that pass are also decoded through the wrapper's normal load path into
 scratch objects of the layout the frame records: a decode the wrapper refuses is damage (the
 reason it gave, usually ``decode``), one that fails for another reason (a key service that
-cannot be reached) is ``unverified``, not damage. Nothing is deleted unless ``delete`` is set.
+cannot be reached) is ``unverified``, not damage. Without ``decode`` an object whose payload
+carries no frame checksum (its serde authenticates it: aesgcm frame v2) is ``unchecked``: its
+frame is fine, its payload bytes were not checked. Nothing is deleted unless ``delete`` is set.
 An object larger than ``max_object_bytes`` is not read (a buffer of its size is never
 allocated): it is reported as ``length`` damage, as no KV chunk is that large.
 """
@@ -40,13 +42,15 @@ DEFAULT_MAX_OBJECT_BYTES = 4 << 30
 _log = logging.getLogger(__name__)
 
 #: What a key can end as: ``ok``, a reject reason, ``missing`` (listed, then gone),
+#: ``unchecked`` (without decoding: frame fine, but its payload carries no checksum because its
+#: serde authenticates it, e.g. aesgcm frame v2, so only a decode checks the payload's bytes),
 #: ``undecoded`` (frame fine, but its layout is stored as a digest: neither the layout check nor
 #: a decode is possible offline) or ``unverified`` (not examined: the adapter could not say its
 #: size, or the decode failed for a reason other than the bytes, e.g. a key service that cannot
 #: be reached, or it needs more L1 than there is; not damage, never deleted).
 Verdict = str
 #: Verdicts that are not damage.
-_NOT_DAMAGE = frozenset({"ok", "missing", "undecoded", "unverified"})
+_NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified"})
 
 
 @dataclass
@@ -65,6 +69,12 @@ class ScrubReport:
     @property
     def found_damage(self) -> bool:
         return bool(self.damaged)
+
+    @property
+    def unchecked(self) -> int:
+        """Objects whose frame is fine but whose payload only a decode can check (its serde
+        authenticates it instead of the frame's checksum) and that were not decoded."""
+        return self.verdicts.get("unchecked", 0)
 
     @property
     def unverified(self) -> int:
@@ -114,7 +124,10 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     except ValueError as exc:  # the recorded layout is not one this serde accepts
         _log.info("scrub: %s: %s", key.chunk_hash.hex(), exc)
         return "layout", None
-    return ("ok", layout) if layout is not None else ("undecoded", None)
+    if layout is None:
+        return "undecoded", None
+    # no payload checksum: the serde authenticates the payload, which only a decode checks
+    return ("ok" if header.payload_checksum is not None else "unchecked"), layout
 
 
 class _Rejections:
@@ -235,7 +248,7 @@ def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], repo
             report.add(key, "length")
             continue
         verdict, layout = _check_frame(wrapper, key, size)
-        if verdict == "ok" and decode and layout is not None:
+        if verdict in ("ok", "unchecked") and decode and layout is not None:
             to_decode.append((key, layout))
             continue
         report.add(key, verdict)
