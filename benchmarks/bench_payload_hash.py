@@ -27,8 +27,7 @@ from collections.abc import Callable
 
 import torch
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj, frame_checksum
-from lmserde.frame_checksum import FramedPayload
-from lmserde.memory import MemoryFormat
+from lmserde.l2.serde.payload_views import byte_view
 from lmserde.serde_build import resolve_serde
 
 LLAMA3_8B_CHUNK = MemoryLayoutDesc([[32, 2, 256, 8 * 128]], [torch.bfloat16])
@@ -44,9 +43,7 @@ def _payload(area: torch.Tensor, peer: torch.Tensor, distance: int, n: int,
              framed: bool) -> TensorMemoryObj:
     """A byte object of ``n`` bytes in ``area``, ``distance`` bytes past ``peer``'s page offset."""
     start = (_page_offset(peer) + distance - _page_offset(area)) % 4096
-    raw = area[start:start + n]
-    cls = FramedPayload if framed else TensorMemoryObj
-    return cls.over(raw, MemoryLayoutDesc([[n]], [torch.uint8]), fmt=MemoryFormat.BINARY_BUFFER)
+    return byte_view(area[start:start + n], hashing=framed)
 
 
 def _timed(fn: Callable[[], object]) -> float:

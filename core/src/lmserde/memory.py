@@ -23,6 +23,7 @@ __all__ = [
     "MemoryObj",
     "TensorMemoryObj",
     "as_byte_tensor",
+    "byte_layout",
 ]
 
 
@@ -97,18 +98,23 @@ _BYTE_LAYOUTS: dict[int, MemoryLayoutDesc] = {}
 _BYTE_LAYOUT_CACHE_LIMIT = 256
 
 
+def byte_layout(nbytes: int) -> MemoryLayoutDesc:
+    """The layout of a flat buffer of ``nbytes`` bytes (one 1-D ``uint8`` group), shared per size
+    (layouts are immutable): byte buffers and views are made on the data path for every stored
+    object, where building a layout each time costs."""
+    layout = _BYTE_LAYOUTS.get(nbytes)
+    if layout is None:
+        if len(_BYTE_LAYOUTS) >= _BYTE_LAYOUT_CACHE_LIMIT:
+            _BYTE_LAYOUTS.clear()
+        layout = _BYTE_LAYOUTS[nbytes] = MemoryLayoutDesc([[nbytes]], [torch.uint8])
+    return layout
+
+
 def _layout_of_metadata(metadata: MemoryObjMetadata) -> MemoryLayoutDesc:
-    """The layout ``metadata`` describes; a flat byte buffer's is shared per size (byte views
-    are made on the data path for every stored object, where building one costs)."""
+    """The layout ``metadata`` describes (a flat byte buffer's: the shared :func:`byte_layout`)."""
     shapes, dtypes = metadata.shapes, metadata.dtypes
     if len(shapes) == 1 and len(shapes[0]) == 1 and dtypes == [torch.uint8]:
-        nbytes = int(shapes[0][0])
-        layout = _BYTE_LAYOUTS.get(nbytes)
-        if layout is None:
-            if len(_BYTE_LAYOUTS) >= _BYTE_LAYOUT_CACHE_LIMIT:
-                _BYTE_LAYOUTS.clear()
-            layout = _BYTE_LAYOUTS[nbytes] = MemoryLayoutDesc([[nbytes]], [torch.uint8])
-        return layout
+        return byte_layout(int(shapes[0][0]))
     return MemoryLayoutDesc(shapes, dtypes)
 
 

@@ -38,7 +38,7 @@ from lmserde.base import (
 from lmserde.data_kind import check_chain_composition
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
-from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
+from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj, byte_layout
 from lmserde.multi import (
     GroupSlotView,
     LayoutDescGroup,
@@ -92,12 +92,8 @@ class _Hop:
         return self.bound + FRAME_HEADER_BYTES if self.framed else self.bound
 
 
-def _bytes_layout(n: int) -> MemoryLayoutDesc:
-    return MemoryLayoutDesc([[n]], [torch.uint8])
-
-
 def _byte_obj(raw: torch.Tensor) -> TensorMemoryObj:
-    return TensorMemoryObj.over(raw, _bytes_layout(raw.numel()), fmt=MemoryFormat.BINARY_BUFFER)
+    return TensorMemoryObj.over(raw, byte_layout(raw.numel()), fmt=MemoryFormat.BINARY_BUFFER)
 
 
 class _ChainCore:
@@ -119,7 +115,7 @@ class _ChainCore:
                 trimmed = framed and self._invertible(i + 1, bound + FRAME_HEADER_BYTES)
                 hop = _Hop(bound, framed, trimmed)
                 hops.append(hop)
-                layout = _bytes_layout(hop.size)
+                layout = byte_layout(hop.size)
             if len(self._plans) >= _PLAN_CACHE_LIMIT:
                 self._plans.clear()
             self._plans[first_layout] = hops
@@ -127,7 +123,7 @@ class _ChainCore:
 
     def _stage_estimate(self, index: int, input_bytes: int) -> int:
         return int(self.stages[index].serializer.estimate_serialized_size(
-            _bytes_layout(input_bytes)))
+            byte_layout(input_bytes)))
 
     def _invertible(self, index: int, largest_input: int) -> bool:
         """Whether stage ``index`` may take a trimmed hand-off: ``EXACT``, and its estimate
@@ -160,7 +156,7 @@ class _ChainCore:
 
     def estimate(self, first_layout: Any) -> int:
         hops = self.plan(first_layout)
-        layout = _bytes_layout(hops[-1].size) if hops else first_layout
+        layout = byte_layout(hops[-1].size) if hops else first_layout
         return int(self.stages[-1].serializer.estimate_serialized_size(layout))
 
     def scratch(self, index: int, size: int) -> torch.Tensor:

@@ -22,7 +22,7 @@ import weakref
 import torch
 
 from lmserde.frame_checksum import FramedPayload
-from lmserde.memory import MemoryFormat, MemoryObj, MemoryObjMetadata, TensorMemoryObj
+from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj, byte_layout
 
 __all__ = ["PayloadViews", "VIEWS_PER_BUFFER", "byte_view"]
 
@@ -34,11 +34,7 @@ def byte_view(raw: torch.Tensor, *, hashing: bool = False) -> TensorMemoryObj:
     """A new byte object over all of ``raw`` (a 1-D uint8 tensor); ``hashing``: a
     :class:`~lmserde.frame_checksum.FramedPayload`, whose bound hasher the serde may use."""
     cls = FramedPayload if hashing else TensorMemoryObj
-    n = raw.numel()
-    size = torch.Size([n])
-    return cls(raw, MemoryObjMetadata(shape=size, dtype=torch.uint8, address=raw.data_ptr(),
-                                      phy_size=n, shapes=[size], dtypes=[torch.uint8],
-                                      fmt=MemoryFormat.BINARY_BUFFER))
+    return cls.over(raw, byte_layout(raw.numel()), fmt=MemoryFormat.BINARY_BUFFER)
 
 
 class PayloadViews:

@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import torch
-
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
@@ -44,7 +42,7 @@ from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer, PendingHeader
 from lmserde.layout import MemoryLayoutDesc
-from lmserde.memory import MemoryFormat, MemoryObj
+from lmserde.memory import MemoryFormat, MemoryObj, byte_layout
 from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
 from lmserde.observability import WrapperTaskEvent
 from lmserde.processor import scrub_destination
@@ -230,7 +228,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._consecutive_failures = {"store": 0, "load": 0}
         load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         self._estimates: dict[MemoryLayoutDesc, int] = {}
-        self._temp_layouts: dict[int, MemoryLayoutDesc] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._serializing: dict[int, _Task] = {}
@@ -320,14 +317,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         """Largest stored object for a serde bound: the frame header is added when framing."""
         return payload_bound + (FRAME_HEADER_BYTES if self._framer is not None else 0)
 
-    def _temp_layout(self, size: int) -> MemoryLayoutDesc:
-        layout = self._temp_layouts.get(size)
-        if layout is None:
-            if len(self._temp_layouts) >= _ESTIMATE_CACHE_LIMIT:
-                self._temp_layouts.clear()
-            layout = self._temp_layouts[size] = MemoryLayoutDesc([[size]], [torch.uint8])
-        return layout
-
     def _serialize_item(self, obj: MemoryObj, layout: MemoryLayoutDesc) -> Any:
         mapping = self._in_map
         if mapping is None:
@@ -356,7 +345,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
 
     def _reserve_temps(self, temp_keys: list[ObjectKey], sizes: list[int]) -> list[MemoryObj] | None:
         """One batched reservation; on any failure everything reserved is released (``None``)."""
-        layouts = [self._temp_layout(s) for s in sizes]
+        layouts = [byte_layout(s) for s in sizes]
         same = all(layout is layouts[0] for layout in layouts)
         try:
             result = self._l1.reserve_write(temp_keys, [True] * len(temp_keys),
