@@ -5,6 +5,8 @@ payload's own bytes."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import xxhash
@@ -317,3 +319,53 @@ def test_an_unknown_or_unsupported_simd_level_is_refused() -> None:
         with pytest.raises(ValueError, match="does not run"):
             frame_checksum._kernel.set_simd_level("avx512")
     assert frame_checksum._kernel.simd_level() == best
+
+
+#: Payload lengths around what decides how a bound hasher hashes in place: XXH3's short-input
+#: limit (240 bytes) and its 1 KiB blocks, in one segment or just past a segment boundary.
+_BOUND_LENGTHS = st.one_of(
+    st.integers(0, 3000),
+    st.integers(SEG - 300, SEG + 1100),
+    st.sampled_from([2 * SEG, 2 * SEG + 240, 2 * SEG + 241, SEG + 1024, SEG + 1025]),
+)
+
+
+@needs_kernel
+@settings(max_examples=60, deadline=None)
+@given(n=_BOUND_LENGTHS, cuts=st.lists(st.integers(0, 2 * SEG + 2000), max_size=8),
+       level=st.sampled_from(["sse2", "avx2", "avx512"]), peek=st.booleans())
+def test_a_bound_hasher_hashes_in_place_whatever_the_pieces(
+        n: int, cuts: list[int], level: str, peek: bool) -> None:
+    """A bound hasher accumulates its range's whole stripes in place as they arrive and reads the
+    rest back when a segment ends or its digest is taken: whatever the pieces (1 byte, stripe or
+    block boundaries, segment boundaries), at every SIMD level, and with digests taken midway,
+    the result is the definition's."""
+    if level not in _levels():
+        level = _levels()[-1]
+    data = SOURCE[:n].clone()
+    payload = _payload(data)
+    previous = frame_checksum._kernel.set_simd_level(level)
+    try:
+        hasher = payload_hasher(payload)
+        assert hasher is not None
+        bounds = sorted({0, n, *(c for c in cuts if c < n)})
+        for start, end in itertools.pairwise(bounds):
+            hasher.update(data[start:end])
+            if peek:  # a digest midway changes nothing
+                assert hasher.digest() == definition(data[:end])
+        assert payload.verified_checksum(n) == definition(data)
+    finally:
+        frame_checksum._kernel.set_simd_level(previous)
+
+
+@needs_kernel
+def test_a_bound_hasher_fed_a_kilobyte_at_a_time() -> None:
+    """lmserde-fp8's encode feeds 1 KiB pieces: over several segments, ending mid-block."""
+    n = 2 * SEG + 5000
+    data = SOURCE[:n].clone()
+    payload = _payload(data)
+    hasher = payload_hasher(payload)
+    assert hasher is not None
+    for start in range(0, n, 1024):
+        hasher.update(data[start:start + 1024])
+    assert payload.verified_checksum(n) == definition(data)
