@@ -1195,9 +1195,18 @@ typedef struct {
     void (*update)(void *hasher, const void *data, size_t n);
 } lmserde_payload_hasher_api;
 
-/* Codes per piece: each piece of codes is hashed right after it is written or read, while it
- * is in the L1 cache. */
-#define HASH_PIECE ((size_t)16 << 10)
+/*
+ * Codes per piece: each piece of codes is hashed right after it is written or read, while it is
+ * in the L1 cache. Measured on 32 MiB bf16 chunks in the DRAM regime (AMD EPYC, AVX-512; a hasher
+ * bound to the payload, as the serde wrapper's, which hashes in place with no per-piece copy),
+ * the hash's time over the plain codec: encode +0.23 ms with 1 KiB pieces against +0.72 with
+ * 16 KiB ones (a piece's source and codes then stay well within L1); decode +0.12-0.16 ms with
+ * 4 KiB pieces whose successor is prefetched before the piece is decoded and hashed, against
+ * +0.43 with 16 KiB ones and no prefetch (memory idled while a piece was hashed). Prefetching the
+ * encode's source the same way made it slower: the hardware prefetcher already streams it.
+ */
+#define ENCODE_HASH_PIECE ((size_t)1 << 10)
+#define DECODE_HASH_PIECE ((size_t)4 << 10)
 
 /* The arguments of encode_hashed and decode_hashed (the same for both). */
 typedef struct {
@@ -1225,6 +1234,17 @@ static int parse_hashed_call(PyObject *args, hashed_call *c) {
     return c->hasher == NULL ? -1 : 0;
 }
 
+/* Ask for the next piece of codes (at most DECODE_HASH_PIECE bytes of `left`) in the L1 cache. */
+static inline void prefetch_codes(const uint8_t *next, size_t left) {
+#if FP8_HAVE_AVX2
+    const size_t end = left < DECODE_HASH_PIECE ? left : DECODE_HASH_PIECE;
+    for (size_t k = 0; k < end; k += 64) _mm_prefetch((const char *)(next + k), _MM_HINT_T0);
+#else
+    (void)next;
+    (void)left;
+#endif
+}
+
 PyDoc_STRVAR(encode_hashed_doc,
              "encode_hashed(src_addr, dst_addr, n, float_kind, fp8_kind, level, hasher, api)\n"
              "encode() of n floats without scales, feeding each piece of codes to lmserde's\n"
@@ -1241,8 +1261,8 @@ static PyObject *py_encode_hashed(PyObject *self, PyObject *args) {
     fpenv env;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    for (size_t off = 0; off < n; off += HASH_PIECE) {
-        const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
+    for (size_t off = 0; off < n; off += ENCODE_HASH_PIECE) {
+        const size_t len = n - off < ENCODE_HASH_PIECE ? n - off : ENCODE_HASH_PIECE;
         encode_row(src + off * es, c.kind, dst + off, len, c.fp8, NULL, lv);
         c.api->update(c.hasher, dst + off, len);
     }
@@ -1269,8 +1289,9 @@ static PyObject *py_decode_hashed(PyObject *self, PyObject *args) {
     int streamed = 0;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    for (size_t off = 0; off < n; off += HASH_PIECE) {
-        const size_t len = n - off < HASH_PIECE ? n - off : HASH_PIECE;
+    for (size_t off = 0; off < n; off += DECODE_HASH_PIECE) {
+        const size_t len = n - off < DECODE_HASH_PIECE ? n - off : DECODE_HASH_PIECE;
+        if (lv >= 1) prefetch_codes(src + off + len, n - off - len);
         streamed |= decode_row(src + off, c.fp8, dst + off * es, c.kind, len, NULL, lv, stream);
         c.api->update(c.hasher, src + off, len);
     }

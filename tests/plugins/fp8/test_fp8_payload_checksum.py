@@ -1,5 +1,6 @@
 """fp8 (``scaling: none``) computes the stored-object frame's payload checksum while it codes:
-the native codec hashes each 16 KiB of codes right after writing (store) or reading (load) it,
+the native codec hashes each piece of codes (1 KiB on encode, 4 KiB on decode) right after
+writing (store) or reading (load) it,
 with the payload's bound hasher through lmserde's C API. The bytes are those of the unhashed
 path, the checksum that of the frame's definition, and the wrapper hashes nothing itself; the
 torch codec leaves the hashing to the wrapper."""
@@ -19,7 +20,7 @@ from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, parse_header
 from lmserde.testing import adapter_key
 from lmserde_fp8 import Fp8QuantizationDeserializer, Fp8QuantizationSerializer
 
-PIECE = 16 << 10  # the native codec's hashed piece
+PIECE = 4 << 10  # the native decode's hashed piece (a multiple of the encode's, 1 KiB)
 pytestmark = pytest.mark.skipif(checksum_kernel() is None,
                                 reason="lmserde was built without its checksum kernel")
 
@@ -41,7 +42,7 @@ def _framed(n: int) -> FramedPayload:
 LAYOUTS = {
     "one piece": ([[3, 1000]], [torch.bfloat16]),
     "many pieces": ([[7, 40 * PIECE + 3]], [torch.bfloat16]),  # a destination that streams
-    "groups": ([[3, PIECE // 2 + 5], [1, 999], [2, 3 * PIECE]],
+    "groups": ([[3, PIECE // 2 + 5], [1, 999], [2, 3 * PIECE + 517]],
                [torch.float16, torch.float32, torch.bfloat16]),  # group 1 is misaligned
 }
 

@@ -138,7 +138,7 @@ def _native_hasher(chosen: Backend, hasher: PayloadHasher) -> tuple[object, obje
 def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: PayloadHasher,
                   *, backend: Backend = "auto") -> None:
     """:func:`encode` without scales, feeding the codes to ``hasher`` as they are written: the
-    native kernel hashes each 16 KiB of codes right after writing it (lmserde's payload hasher
+    native kernel hashes each 1 KiB of codes right after writing it (lmserde's payload hasher
     C API); otherwise the codes are hashed after the encode."""
     n = src.numel
     if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
@@ -155,8 +155,9 @@ def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: P
 
 def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher: PayloadHasher,
                   *, backend: Backend = "auto") -> None:
-    """:func:`decode` without scales, feeding the codes to ``hasher`` as they are read (as
-    :func:`encode_hashed` does), then commit."""
+    """:func:`decode` without scales, feeding the codes to ``hasher`` as they are read (the
+    native kernel: each 4 KiB piece right after decoding it, the next piece prefetched), then
+    commit."""
     n = dst.numel
     if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
         raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")

@@ -6,9 +6,10 @@ versioned frame of :mod:`lmserde_fp8.frame`. Every estimate is exact for a layou
 
 Behind the serde wrapper's frame, ``scaling="none"`` computes the frame's payload checksum
 itself (:func:`lmserde.payload_hasher`) when lmserde's checksum kernel and this package's native
-codec are built: the codec hashes each 16 KiB of codes right after writing or reading it, while
-it is in the L1 cache (:func:`~lmserde_fp8.codec.encode_hashed`), instead of leaving the wrapper
-a second pass over the payload. The scaled modes leave the hashing to the wrapper.
+codec are built: the codec hashes each piece of codes (1 KiB on encode, 4 KiB on decode) right
+after writing or reading it, while it is in the L1 cache
+(:func:`~lmserde_fp8.codec.encode_hashed`), instead of leaving the wrapper a second pass over the
+payload. The scaled modes leave the hashing to the wrapper.
 """
 
 from __future__ import annotations
