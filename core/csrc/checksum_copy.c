@@ -44,6 +44,8 @@
 #define XXH_INLINE_ALL
 #include "third_party/xxhash/xxhash.h"
 
+#include "frame_header.h"
+
 #define BLOCK_LEN (XXH_STRIPE_LEN * ((sizeof(XXH3_kSecret) - XXH_STRIPE_LEN) / XXH_SECRET_CONSUME_RATE))
 #define STRIPES_PER_BLOCK (BLOCK_LEN / XXH_STRIPE_LEN)
 #define PREFETCH_AHEAD 4096
@@ -649,6 +651,15 @@ static PyMethodDef methods[] = {
      "streamed_copies() -> int: copies so far that wrote with streaming stores"},
     {"simd_level", py_simd_level, METH_NOARGS,
      "simd_level() -> str: the kernels this CPU runs (avx512, avx2, sse2 or portable)"},
+    {"write_header", frame_write_header, METH_VARARGS,
+     "write_header(addr, payload_length, checksum, config_id, chunk_hash, model_name, kv_rank,\n"
+     "object_group_id, cache_salt, layout_field, inline): write a stored-object frame header\n"
+     "at addr (frame_header.c)"},
+    {"accept_header", frame_accept_header, METH_VARARGS,
+     "accept_header(addr, stored_payload_bytes, payload_bound, config_id, chunk_hash,\n"
+     "model_name, kv_rank, object_group_id, cache_salt, layout_field, inline) -> False, None or\n"
+     "int: False unless the header at addr passes every check (frame_header.c), else its\n"
+     "payload checksum"},
     {"set_simd_level", py_set_simd_level, METH_O,
      "set_simd_level(name) -> str: run the kernels of a lower level (sse2, avx2, avx512) than\n"
      "the CPU's best, for tests and A/B benchmarks; returns the previous level"},

@@ -1,4 +1,5 @@
-"""The stored-object frame: header layout, every reject reason, and a fuzzed parser."""
+"""The stored-object frame: header layout, every reject reason, and a fuzzed parser; each test
+runs with the header's C fast path and with the Python codec alone."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey
+from lmserde.l2.serde import stored_frame
 from lmserde.l2.serde.stored_frame import (
     FRAME_HEADER_BYTES,
     FRAME_MAGIC,
@@ -25,6 +27,16 @@ from lmserde.memory import MemoryFormat, TensorMemoryObj
 KEY = ObjectKey(b"\x01" * 8, "m/odel", 7, 0, "tenant")
 KV = MemoryLayoutDesc([[2, 32, 256, 8, 128]], [torch.bfloat16])
 CONFIG = {"type": "fp8", "format_version": 1, "options": {"fp8_dtype": "float8_e4m3fn"}}
+
+
+@pytest.fixture(autouse=True, params=["fast path", "python"])
+def header_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with the C fast path (when built) and with the Python codec alone."""
+    if request.param == "python":
+        monkeypatch.setattr(stored_frame, "_HEADER_KERNEL", None)
+    elif stored_frame._HEADER_KERNEL is None:
+        pytest.skip("lmserde was built without its checksum kernel")
+    return str(request.param)
 
 
 def _buffer(payload: bytes, bound: int | None = None) -> TensorMemoryObj:
