@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         found = measure(serde, args.repeats, args.page_distance, levels)
         plain = found["plain"]
         extra = ", ".join(
-            f"{m}: +{found[m]['ser'] - plain['ser']:.2f} / +{found[m]['de'] - plain['de']:.2f}"
+            f"{m}: {found[m]['ser'] - plain['ser']:+.2f} / {found[m]['de'] - plain['de']:+.2f}"
             for m in levels)
         print(f"{serde:<9} serialize {plain['ser']:.2f} ms, deserialize {plain['de']:.2f} ms "
               f"unhashed; hashed in the pass ({args.page_distance} bytes page distance) "

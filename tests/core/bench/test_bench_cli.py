@@ -19,8 +19,9 @@ BenchJson = Callable[..., dict[str, Any]]
 TOP_FIELDS = {"schema_version", "lmserde_version", "source", "settings", "machine", "tiers",
               "results", "recommendations", "notes", "elapsed_seconds", "frame"}
 FRAME_FIELDS = {"serde", "bytes_per_object", "chunk_bytes", "rounds", "framed_ms", "unframed_ms",
-                "overhead", "overhead_range", "framed_store_ms", "unframed_store_ms",
-                "framed_load_ms", "unframed_load_ms", "cpu_overhead", "cpu_overhead_range"}
+                "overhead", "overhead_range", "paired_overhead", "paired_extra_ms",
+                "framed_store_ms", "unframed_store_ms", "framed_load_ms", "unframed_load_ms",
+                "cpu_overhead", "cpu_overhead_range"}
 SOURCE_FIELDS = {"kind", "model", "model_description", "model_layers", "seed", "layers_per_chunk",
                  "layer_ids", "tokens_per_chunk", "kv_heads", "head_dim", "dtype", "chunk_bytes",
                  "full_chunk_bytes", "chunks"}

@@ -39,10 +39,40 @@ def test_both_modes_store_and_load_every_chunk_in_their_own_directory(tmp_path: 
         assert found[f"{mode}_ms"] == pytest.approx(found[f"{mode}_store_ms"]
                                                     + found[f"{mode}_load_ms"])
     assert found["overhead"] == pytest.approx(found["framed_ms"] / found["unframed_ms"] - 1)
+    assert found["paired_overhead"] == pytest.approx(found["paired_extra_ms"]
+                                                     / found["unframed_ms"])
     lo, hi = found["overhead_range"]
     assert lo <= hi
     line = describe_frame_overhead(found)
     assert line is not None and "0.2 MiB chunk through identity" in line and "3 rounds" in line
+    assert "paired" in line
+
+
+def test_the_paired_overhead_is_the_median_difference_of_each_chunks_two_modes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each framed store + load is compared with the unframed one of the same chunk in the same
+    round (the two modes take turns chunk by chunk): with made-up timings in which every framed
+    operation takes 2 ms more than its unframed partner, whatever the chunk's own time (one
+    chunk in three hit by a slow spell), the paired extra time is exactly 4 ms."""
+    calls = [0]
+
+    def fake(op: str) -> object:
+        real = getattr(frame_overhead._Rounds, op)
+
+        def timed(self: object, framed: bool, *args: object) -> tuple[float, float]:
+            real(self, framed, *args)
+            pair = calls[0] // 2  # the two modes of one chunk come one after the other
+            calls[0] += 1
+            base = 0.050 if pair % 3 == 2 else 0.008
+            return base + (0.002 if framed else 0.0), 0.0
+        return timed
+
+    monkeypatch.setattr(frame_overhead._Rounds, "store", fake("store"))
+    monkeypatch.setattr(frame_overhead._Rounds, "load", fake("load"))
+    found = measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)},
+                                   {"type": "identity"}, _chunks(3), 2)
+    assert found["paired_extra_ms"] == pytest.approx(4.0)  # +2 ms store, +2 ms load
+    assert found["paired_overhead"] == pytest.approx(4.0 / found["unframed_ms"])
 
 
 @pytest.mark.parametrize("cold", [True, False])
