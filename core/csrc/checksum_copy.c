@@ -24,6 +24,9 @@
  * feeds a hasher (a capsule named "lmserde.payload_hasher", from lmserde.PayloadHasher) without
  * the GIL, from inside its own loop over the bytes. The caller keeps the hasher alive and uses
  * it from one thread at a time.
+ *
+ * The module also holds the frame header's fast path (write_header, accept_header), written in
+ * frame_header.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -272,6 +275,9 @@ static void accumulate_stripes(xxh_u64 *acc, const xxh_u8 *seg, size_t from, siz
 #endif
 }
 
+/* XXH3's accumulators before the first stripe. */
+static const xxh_u64 INIT_ACC[XXH_ACC_NB] = XXH3_INIT_ACC;
+
 /* The whole stripes XXH3 accumulates before its final step, for `len` bytes known so far of a
  * segment at least that long: none up to XXH3_MIDSIZE_MAX bytes (shorter inputs are hashed by
  * other algorithms), else those before the stripe of the last byte known. */
@@ -352,8 +358,7 @@ static payload_hasher *hasher_new(size_t segment_size, uintptr_t base, size_t li
     if (h->segment == NULL || h->digests == NULL) { hasher_free(h); return NULL; }
     XXH3_64bits_reset(h->segment);
     XXH3_64bits_reset(h->digests);
-    static const xxh_u64 init_acc[XXH_ACC_NB] = XXH3_INIT_ACC;
-    memcpy(h->acc, init_acc, sizeof init_acc);
+    memcpy(h->acc, INIT_ACC, sizeof INIT_ACC);
     h->segment_size = segment_size;
     h->base = base;
     h->limit = base ? limit : SIZE_MAX;
@@ -376,8 +381,7 @@ static void end_segment(payload_hasher *h) {
     XXH_writeLE64(le, segment_digest(h));
     XXH3_64bits_update(h->digests, le, sizeof le);
     if (h->base) {
-        static const xxh_u64 init_acc[XXH_ACC_NB] = XXH3_INIT_ACC;
-        memcpy(h->acc, init_acc, sizeof init_acc);
+        memcpy(h->acc, INIT_ACC, sizeof INIT_ACC);
         h->accumulated = 0;
     } else {
         XXH3_64bits_reset(h->segment);
