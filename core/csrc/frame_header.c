@@ -33,22 +33,10 @@ enum {
 
 static const uint8_t MAGIC[4] = {'L', 'M', 'S', 'F'};
 
+/* Little-endian fields: xxhash's XXH_readLE32 / XXH_readLE64 / XXH_writeLE64, and this (xxhash
+ * has no 32-bit writer). */
 static void put_le32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t get_le32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* The fields of an ObjectKey, as stored_frame.key_fingerprint packs them. */
@@ -93,8 +81,8 @@ static int key_fingerprint(const key_fields *key, uint64_t *out) {
             put_le32(p, (uint32_t)parts[1]);
             memcpy(p + 4, PyBytes_AS_STRING(model), (size_t)parts[1]);
             p += 4 + parts[1];
-            put_le64(p, (uint64_t)kv_rank);
-            put_le64(p + 8, (uint64_t)group);
+            XXH_writeLE64(p, (uint64_t)kv_rank);
+            XXH_writeLE64(p + 8, (uint64_t)group);
             put_le32(p + 16, (uint32_t)parts[2]);
             memcpy(p + 20, PyBytes_AS_STRING(salt), (size_t)parts[2]);
             *out = XXH3_64bits(packed, total);
@@ -143,10 +131,10 @@ PyObject *frame_write_header(PyObject *self, PyObject *args) {
     header[5] = (uint8_t)((checksum != Py_None ? FLAG_CHECKSUM : 0) |
                           (inline_layout ? FLAG_LAYOUT_INLINE : 0));
     header[6] = header[7] = 0;
-    put_le64(header + 8, payload_length);
-    put_le64(header + 16, checksum_value);
-    put_le64(header + 24, config_id);
-    put_le64(header + 32, key_id);
+    XXH_writeLE64(header + 8, payload_length);
+    XXH_writeLE64(header + 16, checksum_value);
+    XXH_writeLE64(header + 24, config_id);
+    XXH_writeLE64(header + 32, key_id);
     memcpy(header + 40, PyBytes_AS_STRING(field), LAYOUT_FIELD_BYTES);
     put_le32(header + HEAD_BYTES, (uint32_t)XXH3_64bits(header, HEAD_BYTES));
     memcpy((void *)(uintptr_t)addr, header, HEADER_BYTES);
@@ -173,16 +161,16 @@ PyObject *frame_accept_header(PyObject *self, PyObject *args) {
     /* parse_header's checks, then check_header's, in their order */
     const int flags = header[5];
     if (memcmp(header, MAGIC, 4) != 0 ||
-        get_le32(header + HEAD_BYTES) != (uint32_t)XXH3_64bits(header, HEAD_BYTES) ||
+        XXH_readLE32(header + HEAD_BYTES) != (uint32_t)XXH3_64bits(header, HEAD_BYTES) ||
         header[4] != FRAME_VERSION || (flags & ~(FLAG_CHECKSUM | FLAG_LAYOUT_INLINE)) != 0 ||
         header[6] != 0 || header[7] != 0)
         Py_RETURN_FALSE;
-    const uint64_t length = get_le64(header + 8);
+    const uint64_t length = XXH_readLE64(header + 8);
     if (length != stored_payload_bytes || length > payload_bound) Py_RETURN_FALSE;
-    if (get_le64(header + 24) != config_id) Py_RETURN_FALSE;
+    if (XXH_readLE64(header + 24) != config_id) Py_RETURN_FALSE;
     uint64_t key_id;
     if (key_fingerprint(&key, &key_id) < 0) return NULL;
-    if (get_le64(header + 32) != key_id) Py_RETURN_FALSE;
+    if (XXH_readLE64(header + 32) != key_id) Py_RETURN_FALSE;
     if (field != Py_None) {
         const int stored_inline = (flags & FLAG_LAYOUT_INLINE) != 0;
         /* an inline layout is compared whole; a hashed one by its 8-byte hash */
@@ -192,5 +180,5 @@ PyObject *frame_accept_header(PyObject *self, PyObject *args) {
             Py_RETURN_FALSE;
     }
     if (!(flags & FLAG_CHECKSUM)) Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(get_le64(header + 16));
+    return PyLong_FromUnsignedLongLong(XXH_readLE64(header + 16));
 }
