@@ -120,116 +120,6 @@ static inline int dst_shadows_src(const uint8_t *dst, const uint8_t *src) {
     return ahead != 0 && ahead <= ALIAS_WINDOW;
 }
 
-/* ------------------------------------------------------------- one segment: copy and XXH3-64 */
-
-/* The template of one level: copies src[0:len) to dst (dst may be NULL: hash only) and returns
- * XXH3-64 of it. `stream` says whether to copy with streaming stores. */
-#define COPY_HASH_TEMPLATE(NAME, ATTR, ACC, SCRAMBLE, STREAM_LINES)                                 \
-    ATTR static uint64_t NAME(uint8_t *dst, const uint8_t *src, size_t len, int stream) {           \
-        if (len <= XXH3_MIDSIZE_MAX) {                                                              \
-            if (dst != NULL && len) memcpy(dst, src, len);                                          \
-            return XXH3_64bits(src, len);                                                           \
-        }                                                                                           \
-        XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;                           \
-        const xxh_u8 *secret = XXH3_kSecret;                                                        \
-        const size_t secret_size = sizeof(XXH3_kSecret);                                            \
-        const size_t nb_blocks = (len - 1) / BLOCK_LEN;                                             \
-        /* copied: how far dst is written; streaming stores start at dst's first line */            \
-        size_t copied = 0;                                                                          \
-        if (dst != NULL && stream) {                                                                \
-            copied = (size_t)((64 - ((uintptr_t)dst & 63)) & 63);                                   \
-            if (copied > len) copied = len;                                                         \
-            memcpy(dst, src, copied);                                                               \
-        }                                                                                           \
-        const int hash_first = stream && dst != NULL && dst_shadows_src(dst, src);                  \
-        for (size_t n = 0; n < nb_blocks; n++) {                                                    \
-            /* hashing first, the copy trails one block behind (see dst_shadows_src) */             \
-            const size_t end = (hash_first ? n : n + 1) * BLOCK_LEN;                                \
-            if (hash_first) {                                                                       \
-                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
-                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
-            }                                                                                       \
-            if (dst != NULL) {                                                                      \
-                if (stream) {                                                                       \
-                    if (end > copied) {                                                             \
-                        size_t to = copied + ((end - copied + 63) & ~(size_t)63);                   \
-                        if (to > len) to = copied + ((len - copied) & ~(size_t)63);                 \
-                        STREAM_LINES(dst, src, copied, to, hash_first);                             \
-                        copied = to;                                                                \
-                    }                                                                               \
-                } else {                                                                            \
-                    memcpy(dst + n * BLOCK_LEN, src + n * BLOCK_LEN, BLOCK_LEN);                    \
-                    copied = end;                                                                   \
-                }                                                                                   \
-            }                                                                                       \
-            if (!hash_first) {                                                                      \
-                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
-                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
-            }                                                                                       \
-        }                                                                                           \
-        if (dst != NULL && copied < len) memcpy(dst + copied, src + copied, len - copied);          \
-        {                                                                                           \
-            const size_t done = nb_blocks * BLOCK_LEN;                                              \
-            const size_t nb_stripes = ((len - 1) - done) / XXH_STRIPE_LEN;                          \
-            ACC(acc, src + done, secret, nb_stripes);                                               \
-            XXH3_accumulate_512(acc, src + len - XXH_STRIPE_LEN,                                    \
-                                secret + secret_size - XXH_STRIPE_LEN - XXH_SECRET_LASTACC_START);  \
-        }                                                                                           \
-        return XXH3_finalizeLong_64b(acc, secret, (xxh_u64)len);                                    \
-    }
-
-#if CC_X86
-COPY_HASH_TEMPLATE(copy_hash_avx512, __attribute__((target("avx512f"))), XXH3_accumulate_avx512,
-                   XXH3_scrambleAcc_avx512, stream_lines_avx512)
-COPY_HASH_TEMPLATE(copy_hash_avx2, __attribute__((target("avx2"))), XXH3_accumulate_avx2,
-                   XXH3_scrambleAcc_avx2, stream_lines_avx2)
-COPY_HASH_TEMPLATE(copy_hash_sse2, , XXH3_accumulate_sse2, XXH3_scrambleAcc_sse2,
-                   stream_lines_sse2)
-#else
-static inline void stream_lines_plain(uint8_t *dst, const uint8_t *src, size_t from, size_t to,
-                                      int backward) {
-    (void)backward;
-    memcpy(dst + from, src + from, to - from);
-}
-COPY_HASH_TEMPLATE(copy_hash_plain, , XXH3_accumulate, XXH3_scrambleAcc, stream_lines_plain)
-#endif
-
-static uint64_t copy_hash_segment(uint8_t *dst, const uint8_t *src, size_t len, int stream) {
-#if CC_X86
-    if (g_level == LEVEL_AVX512) return copy_hash_avx512(dst, src, len, stream);
-    if (g_level == LEVEL_AVX2) return copy_hash_avx2(dst, src, len, stream);
-    return copy_hash_sse2(dst, src, len, stream);
-#else
-    return copy_hash_plain(dst, src, len, stream);
-#endif
-}
-
-/* Whether copy_checksum writes dst with streaming stores. */
-static int copy_streams(const void *dst, size_t n) { return dst != NULL && n >= STREAM_MIN_BYTES; }
-
-/* The payload checksum of src[0:n), copying it to dst unless dst is NULL. */
-static uint64_t copy_checksum(uint8_t *dst, const uint8_t *src, size_t n, size_t segment) {
-    const int stream = copy_streams(dst, n);
-    uint64_t result;
-    if (n <= segment) {
-        result = copy_hash_segment(dst, src, n, stream);
-    } else {  /* XXH3-64 of the segments' digests as little-endian u64s, fed as they come */
-        XXH3_state_t combined;
-        XXH3_64bits_reset(&combined);
-        for (size_t off = 0; off < n; off += segment) {
-            const size_t len = n - off < segment ? n - off : segment;
-            xxh_u8 le[8];
-            XXH_writeLE64(le, copy_hash_segment(dst ? dst + off : NULL, src + off, len, stream));
-            XXH3_64bits_update(&combined, le, sizeof le);
-        }
-        result = XXH3_64bits_digest(&combined);
-    }
-#if CC_X86
-    if (stream) _mm_sfence();
-#endif
-    return result;
-}
-
 /* ------------------------------------------------ stripes of a segment accumulated in place */
 
 /* Accumulate the whole stripes [from, to) of the segment starting at seg (from and to multiples of
@@ -295,6 +185,109 @@ static uint64_t finish_segment(const xxh_u64 *acc_in, const xxh_u8 *seg, size_t 
                         XXH3_kSecret + sizeof(XXH3_kSecret) - XXH_STRIPE_LEN -
                             XXH_SECRET_LASTACC_START);
     return XXH3_finalizeLong_64b(acc, XXH3_kSecret, (xxh_u64)len);
+}
+
+/* ------------------------------------------------------------- one segment: copy and XXH3-64 */
+
+/* The template of one level: copies src[0:len) to dst (dst may be NULL: hash only) and returns
+ * XXH3-64 of it. `stream` says whether to copy with streaming stores. */
+#define COPY_HASH_TEMPLATE(NAME, ATTR, ACC, SCRAMBLE, STREAM_LINES)                                 \
+    ATTR static uint64_t NAME(uint8_t *dst, const uint8_t *src, size_t len, int stream) {           \
+        if (len <= XXH3_MIDSIZE_MAX) {                                                              \
+            if (dst != NULL && len) memcpy(dst, src, len);                                          \
+            return XXH3_64bits(src, len);                                                           \
+        }                                                                                           \
+        XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;                           \
+        const xxh_u8 *secret = XXH3_kSecret;                                                        \
+        const size_t secret_size = sizeof(XXH3_kSecret);                                            \
+        const size_t nb_blocks = (len - 1) / BLOCK_LEN;                                             \
+        /* copied: how far dst is written; streaming stores start at dst's first line */            \
+        size_t copied = 0;                                                                          \
+        if (dst != NULL && stream) {                                                                \
+            copied = (size_t)((64 - ((uintptr_t)dst & 63)) & 63);                                   \
+            if (copied > len) copied = len;                                                         \
+            memcpy(dst, src, copied);                                                               \
+        }                                                                                           \
+        const int hash_first = stream && dst != NULL && dst_shadows_src(dst, src);                  \
+        for (size_t n = 0; n < nb_blocks; n++) {                                                    \
+            /* hashing first, the copy trails one block behind (see dst_shadows_src) */             \
+            const size_t end = (hash_first ? n : n + 1) * BLOCK_LEN;                                \
+            if (hash_first) {                                                                       \
+                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
+                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
+            }                                                                                       \
+            if (dst != NULL) {                                                                      \
+                if (stream) {                                                                       \
+                    if (end > copied) {                                                             \
+                        size_t to = copied + ((end - copied + 63) & ~(size_t)63);                   \
+                        if (to > len) to = copied + ((len - copied) & ~(size_t)63);                 \
+                        STREAM_LINES(dst, src, copied, to, hash_first);                             \
+                        copied = to;                                                                \
+                    }                                                                               \
+                } else {                                                                            \
+                    memcpy(dst + n * BLOCK_LEN, src + n * BLOCK_LEN, BLOCK_LEN);                    \
+                    copied = end;                                                                   \
+                }                                                                                   \
+            }                                                                                       \
+            if (!hash_first) {                                                                      \
+                ACC(acc, src + n * BLOCK_LEN, secret, STRIPES_PER_BLOCK);                           \
+                SCRAMBLE(acc, secret + secret_size - XXH_STRIPE_LEN);                               \
+            }                                                                                       \
+        }                                                                                           \
+        if (dst != NULL && copied < len) memcpy(dst + copied, src + copied, len - copied);          \
+        return finish_segment(acc, src, nb_blocks * BLOCK_LEN, len); /* the last, partial block */  \
+    }
+
+#if CC_X86
+COPY_HASH_TEMPLATE(copy_hash_avx512, __attribute__((target("avx512f"))), XXH3_accumulate_avx512,
+                   XXH3_scrambleAcc_avx512, stream_lines_avx512)
+COPY_HASH_TEMPLATE(copy_hash_avx2, __attribute__((target("avx2"))), XXH3_accumulate_avx2,
+                   XXH3_scrambleAcc_avx2, stream_lines_avx2)
+COPY_HASH_TEMPLATE(copy_hash_sse2, , XXH3_accumulate_sse2, XXH3_scrambleAcc_sse2,
+                   stream_lines_sse2)
+#else
+static inline void stream_lines_plain(uint8_t *dst, const uint8_t *src, size_t from, size_t to,
+                                      int backward) {
+    (void)backward;
+    memcpy(dst + from, src + from, to - from);
+}
+COPY_HASH_TEMPLATE(copy_hash_plain, , XXH3_accumulate, XXH3_scrambleAcc, stream_lines_plain)
+#endif
+
+static uint64_t copy_hash_segment(uint8_t *dst, const uint8_t *src, size_t len, int stream) {
+#if CC_X86
+    if (g_level == LEVEL_AVX512) return copy_hash_avx512(dst, src, len, stream);
+    if (g_level == LEVEL_AVX2) return copy_hash_avx2(dst, src, len, stream);
+    return copy_hash_sse2(dst, src, len, stream);
+#else
+    return copy_hash_plain(dst, src, len, stream);
+#endif
+}
+
+/* Whether copy_checksum writes dst with streaming stores. */
+static int copy_streams(const void *dst, size_t n) { return dst != NULL && n >= STREAM_MIN_BYTES; }
+
+/* The payload checksum of src[0:n), copying it to dst unless dst is NULL. */
+static uint64_t copy_checksum(uint8_t *dst, const uint8_t *src, size_t n, size_t segment) {
+    const int stream = copy_streams(dst, n);
+    uint64_t result;
+    if (n <= segment) {
+        result = copy_hash_segment(dst, src, n, stream);
+    } else {  /* XXH3-64 of the segments' digests as little-endian u64s, fed as they come */
+        XXH3_state_t combined;
+        XXH3_64bits_reset(&combined);
+        for (size_t off = 0; off < n; off += segment) {
+            const size_t len = n - off < segment ? n - off : segment;
+            xxh_u8 le[8];
+            XXH_writeLE64(le, copy_hash_segment(dst ? dst + off : NULL, src + off, len, stream));
+            XXH3_64bits_update(&combined, le, sizeof le);
+        }
+        result = XXH3_64bits_digest(&combined);
+    }
+#if CC_X86
+    if (stream) _mm_sfence();
+#endif
+    return result;
 }
 
 /* ------------------------------------------------------- incremental payload checksum (hasher) */
