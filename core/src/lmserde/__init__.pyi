@@ -16,6 +16,7 @@ from .compat import API_VERSION as API_VERSION
 from .completion_queue import CompletionQueue as CompletionQueue
 from .data_kind import DataKind as DataKind
 from .events import create_event_notifier as create_event_notifier
+from .foreign_object import ForeignObjectError as ForeignObjectError
 from .frame_checksum import PayloadHasher as PayloadHasher
 from .frame_checksum import checksum_kernel as checksum_kernel
 from .frame_checksum import copy_with_checksum as copy_with_checksum

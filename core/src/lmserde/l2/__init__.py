@@ -21,6 +21,7 @@ from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.head_last import DeferredHead, HeadLastAdapter, adapter_writes_head_last
 from lmserde.l2.contract.interface import L2AdapterInterface, L2Listener, L2TaskId
 from lmserde.l2.contract.key_pins import KeyPins
+from lmserde.l2.contract.replacing_store import ReplacingStoreAdapter, enable_replacing_stores
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.sync_driver import (
     load_sync,
@@ -76,6 +77,8 @@ __all__ = [
     "HeadLastAdapter",
     "InjectedFaultError",
     "KeyPins",
+    "ReplacingStoreAdapter",
+    "enable_replacing_stores",
     "L2AdapterConfig",
     "L2AdapterFactory",
     "L2AdapterInfo",
