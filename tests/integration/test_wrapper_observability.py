@@ -41,7 +41,9 @@ def test_status_metrics_and_events(tmp_path: Path, l1: L1Manager, cache: Cache,
     try:
         keys = [key_of(i) for i in range(4)]
         assert cache.store(wrapper, keys, objects_for(KV, 4)).is_successful()
-        (tmp_path / key_file_name(keys[3])).write_bytes(b"")  # a short file: refused, no frame
+        damaged = bytearray((tmp_path / key_file_name(keys[3])).read_bytes())
+        damaged[20] ^= 0x01  # a header that fails its own checksum: refused, proven damage
+        (tmp_path / key_file_name(keys[3])).write_bytes(bytes(damaged))
         bitmap, _ = cache.load(wrapper, [*keys, key_of(99)], KV)
         assert bitmap.to_list() == [True, True, True, False, False]
 

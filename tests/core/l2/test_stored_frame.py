@@ -110,7 +110,9 @@ def test_a_long_layout_is_stored_as_a_digest_and_still_checked() -> None:
 def test_every_header_bit_flip_is_refused(offset: int) -> None:
     stored = bytearray(_sealed(b"payload-bytes"))
     stored[offset] ^= 0x10
-    assert _reason(bytes(stored)) == "format"
+    # a changed magic is no lmserde frame at all (perhaps an unframed writer's object): not
+    # provably damage; any other changed byte fails the header's own checksum: damage
+    assert _reason(bytes(stored)) == ("foreign" if offset < 4 else "format")
 
 
 @pytest.mark.parametrize("offset", [0, 5, 12])
@@ -155,9 +157,26 @@ def test_a_frame_without_checksum_is_read_by_the_same_configuration() -> None:
     assert _reason(bytes(with_sum)) == "format"
 
 
-def test_foreign_bytes_are_format_rejects() -> None:
-    assert _reason(b"\0" * 200) == "format"
-    assert _reason(bytes(range(256)) * 2) == "format"
+def test_foreign_bytes_are_foreign_rejects() -> None:
+    assert _reason(b"\0" * 200) == "foreign"
+    assert _reason(bytes(range(256)) * 2) == "foreign"
+
+
+def test_other_frame_versions_and_flags_are_foreign_not_damage() -> None:
+    """A frame a newer (or older) lmserde wrote, with a valid header checksum, is another
+    reader's object: refused as ``foreign`` (kept), never as damage."""
+    from lmserde.l2.serde.stored_frame import DAMAGE_REASONS, NOT_MINE_REASONS, xxh3_64
+
+    def resealed(offset: int, value: int) -> bytes:
+        out = bytearray(_sealed(b"payload-bytes"))
+        out[offset] = value
+        out[60:64] = (xxh3_64(bytes(out[:60])) & 0xFFFFFFFF).to_bytes(4, "little")
+        return bytes(out)
+
+    assert _reason(resealed(4, 2)) == "foreign"  # frame version 2
+    assert _reason(resealed(5, 0x81)) == "foreign"  # an unknown flag
+    assert _reason(resealed(6, 1)) == "foreign"  # reserved bytes in use
+    assert "foreign" in NOT_MINE_REASONS and "format" in DAMAGE_REASONS
 
 
 def test_key_fingerprint_separates_fields() -> None:

@@ -18,7 +18,9 @@ are not the right ones before any serde decodes them. All integers are little-en
 
 The payload (the serde's output) follows at offset 64, so it stays 64-byte aligned. Every check
 raises :class:`FrameRejected` with a ``reason`` (:data:`REJECT_REASONS`); the wrapper turns it
-into a miss for that key. The fingerprints detect accidents (a moved file, a changed config,
+into a miss for that key, and deletes the object only for a reason that proves it damaged
+(:data:`DAMAGE_REASONS`); an object another reader wrote (:data:`NOT_MINE_REASONS`) is left in
+place. The fingerprints detect accidents (a moved file, a changed config,
 bit rot), not an adversary who can rewrite the file: tenant isolation against tampering is the
 job of an authenticating serde (aesgcm frame v2), which is why such a serde may skip the
 payload checksum.
@@ -63,6 +65,8 @@ __all__ = [
     "FRAME_HEADER_BYTES",
     "CHECKSUM_SEGMENT_BYTES",
     "REJECT_REASONS",
+    "DAMAGE_REASONS",
+    "NOT_MINE_REASONS",
     "FrameRejected",
     "FrameHeader",
     "config_fingerprint",
@@ -84,8 +88,22 @@ FRAME_MAGIC = b"LMSF"
 FRAME_VERSION = 1
 FRAME_HEADER_BYTES = 64
 
-#: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode).
-REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode")
+#: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode;
+#: ``foreign``: not an object this reader can read — no lmserde frame, another frame version, or
+#: key material the serde does not hold).
+REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode", "foreign")
+
+#: Refusals that prove the object damaged: a header that fails its own checksum or is cut short,
+#: a payload of another length than its header says, a payload checksum mismatch, bytes the serde
+#: refuses under a frame that vouched for config and key. Only these are deleted by a load.
+DAMAGE_REASONS = frozenset({"format", "length", "checksum", "decode"})
+
+#: Refusals that say "not mine": the object may be intact and another reader's (another serde
+#: configuration, key, layout, frame version or key material). A miss, never a deletion; a
+#: store of the key replaces it (:mod:`lmserde.l2.contract.replacing_store`).
+NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign"})
+assert DAMAGE_REASONS | NOT_MINE_REASONS == set(REJECT_REASONS)
+assert not DAMAGE_REASONS & NOT_MINE_REASONS
 
 FLAG_CHECKSUM = 0x01
 FLAG_LAYOUT_INLINE = 0x02
@@ -256,15 +274,16 @@ def parse_header(header: bytes | memoryview) -> FrameHeader:
         raise FrameRejected("format", f"object of {len(header)} bytes is shorter than the header")
     raw = bytes(header[:FRAME_HEADER_BYTES])
     magic, version, flags, reserved, length, checksum, config_id, key_id, field = _HEAD.unpack_from(raw)
-    if magic != FRAME_MAGIC:
-        raise FrameRejected("format", f"bad magic {magic!r} (not an lmserde stored object)")
+    if magic != FRAME_MAGIC:  # an unframed writer's object (LMCache, frame=False) is not damage
+        raise FrameRejected("foreign", f"bad magic {magic!r} (not an lmserde stored object)")
     (stored_check,) = _HEADER_CHECKSUM.unpack_from(raw, _HEAD.size)
     if stored_check != xxh3_64(raw[: _HEAD.size]) & 0xFFFFFFFF:
         raise FrameRejected("format", "header checksum mismatch")
-    if version != FRAME_VERSION:
-        raise FrameRejected("format", f"frame version {version} is not supported (this is {FRAME_VERSION})")
+    if version != FRAME_VERSION:  # a newer (or older) lmserde's frame: its writer reads it
+        raise FrameRejected("foreign", f"frame version {version} is not supported (this is {FRAME_VERSION})")
     if flags & ~_KNOWN_FLAGS or reserved:
-        raise FrameRejected("format", f"unknown flags 0x{flags:02x} / reserved 0x{reserved:04x}")
+        raise FrameRejected("foreign", f"unknown flags 0x{flags:02x} / reserved 0x{reserved:04x} "
+                            "(written by another frame revision)")
     inline = bool(flags & FLAG_LAYOUT_INLINE)
     return FrameHeader(
         payload_length=length,
@@ -287,23 +306,29 @@ def check_header(
 ) -> None:
     """Check a parsed header against what the reader expects; raises :class:`FrameRejected`.
 
-    Order: length, config, key, layout (skipped when ``layout_bytes`` is ``None``); the payload
-    checksum is checked by :meth:`ObjectFramer.open` / :meth:`ObjectFramer.open_deferred`.
+    Order: the stored length against the header's (a cut or padded object: damage), then config,
+    key and layout (another reader's object: "not mine", :data:`NOT_MINE_REASONS`; the layout is
+    skipped when ``layout_bytes`` is ``None``), then the serde's bound, which only a damaged or
+    miswritten object of this very config, key and layout can exceed. The payload checksum is
+    checked by :meth:`ObjectFramer.open` / :meth:`ObjectFramer.open_deferred`.
     """
-    if header.payload_length != stored_payload_bytes or header.payload_length > payload_bound:
+    if header.payload_length != stored_payload_bytes:
         raise FrameRejected(
             "length", f"header says {header.payload_length} payload bytes, the object holds "
-            f"{stored_payload_bytes} (bound {payload_bound})")
+            f"{stored_payload_bytes}")
     if header.config_fingerprint != config_id:
         raise FrameRejected("config", "written by another serde configuration")
     if header.key_fingerprint != key_fingerprint(key):
         raise FrameRejected("key", "written for another key")
-    if layout_bytes is None:
-        return
-    field, inline = layout_bytes
-    expected = field if inline else field[:8]
-    if header.layout_inline != inline or header.layout_field != expected:
-        raise FrameRejected("layout", "written for an object of another layout")
+    if layout_bytes is not None:
+        field, inline = layout_bytes
+        expected = field if inline else field[:8]
+        if header.layout_inline != inline or header.layout_field != expected:
+            raise FrameRejected("layout", "written for an object of another layout")
+    if header.payload_length > payload_bound:
+        raise FrameRejected(
+            "length", f"header says {header.payload_length} payload bytes, more than the serde "
+            f"can write for this layout ({payload_bound})")
 
 
 def _is_plain_cpu_bytes(raw: torch.Tensor, nbytes: int) -> bool:

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
+from lmserde.foreign_object import ForeignObjectError
 from lmserde.hooks import emit_wrapper_task_event, load_hook_plugins
 from lmserde.keys import ObjectKey, make_temp_key
 from lmserde.l1.errors import L1Error
@@ -37,10 +38,18 @@ from lmserde.l2.contract.head_last import HeadLastAdapter, adapter_writes_head_l
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
+from lmserde.l2.serde.background_worker import BackgroundWorker
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, FrameRejected, ObjectFramer, PendingHeader
+from lmserde.l2.serde.stored_frame import (
+    DAMAGE_REASONS,
+    FRAME_HEADER_BYTES,
+    FrameRejected,
+    ObjectFramer,
+    PendingHeader,
+)
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, byte_layout
 from lmserde.multi import GroupSlotView, item_size, layout_desc_to_group
@@ -212,6 +221,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._serde_hashes_loads = (self._framer is not None and self._framer.checksum
                                     and _reports_payload_checksum(serde))
         self._repair = bool(repair)
+        # Whether a load asks the inner adapter for stored sizes first (on the background
+        # worker: it may be a network round trip). Only an upper-bound serde's objects vary in
+        # length; an exact serde's stored length is known, and an inner adapter only loads an
+        # object of the destination's length.
+        self._needs_stored_sizes = (self.size_contract is SerdeSizeContract.UPPER_BOUND
+                                    and adapter_reports_sizes(inner_adapter))
+        # A framed tier heals on store: an object that does not verify, or that another config
+        # or key wrote, is replaced by the next store of its key (not skipped as existing).
+        self._replacing_stores = self._framer is not None and enable_replacing_stores(inner_adapter)
         self._in_map = serde.input_slot_mapping()
         self._out_map = serde.output_slot_mapping()
         self._has_outcomes = serde.reports_item_outcomes
@@ -234,6 +252,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._inner_storing: dict[int, _Task] = {}
         self._inner_loading: dict[int, _Task] = {}
         self._deserializing: dict[int, _Task] = {}
+        self._sizing: dict[int, _Task] = {}  # loads waiting for their stored sizes
+        self._sizes_worker = BackgroundWorker("serde-l2-wrapper-sizes")
         self._queues = AdapterTaskQueues()
         self._loop = PollLoop("serde-l2-wrapper")
         for fd, handler in watched.items():
@@ -587,9 +607,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         now = time.perf_counter()
         task = _Task(task_id, keys, [], [], _Phase.INNER_LOAD, now, now, num_keys=len(keys))
         try:
-            layouts = [_layout_of(o) for o in objects]
-            dst_items = [self._deserialize_item(o, lay) for o, lay in zip(objects, layouts)]
-            bounds = [self._estimate(lay) for lay in layouts]
+            task.layouts = [_layout_of(o) for o in objects]
+            task.dst_items = [self._deserialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
+            task.bounds = [self._estimate(lay) for lay in task.layouts]
         except BaseException as exc:  # bad input or a raising estimate fails this task only
             if must_propagate(exc):
                 raise
@@ -597,29 +617,61 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                          describe_exception(exc))
             self._finish_load(task, Bitmap(len(keys)), "prepare")
             return task_id
-        stored = self.stored_sizes(keys)
+        if not self._needs_stored_sizes:  # everything from here on is local: start it now
+            self._start_inner_load(task, {})
+            return task_id
+        with self._lock:  # the stored sizes may be a network round trip: on the worker
+            if self._closed:
+                raise RuntimeError("SerdeL2AdapterWrapper is closed")
+            self._sizing[task_id] = task
+        self._sizes_worker.submit(lambda: self._size_and_start(task))
+        return task_id
+
+    def _size_and_start(self, task: _Task) -> None:
+        """On the background worker: look up the stored sizes, then start the inner load."""
+        try:
+            stored = self.stored_sizes(task.keys)
+        except BaseException:  # Ctrl-C cannot reach this thread; never leave the task open
+            stored = {}
+        with self._lock:
+            if self._sizing.pop(task.task_id, None) is None:  # close() finished it meanwhile
+                return
+        try:
+            self._start_inner_load(task, stored)
+        except RuntimeError:  # closed between the lookup and the inner submit: already failed
+            pass
+        except BaseException:
+            _log.exception("serde wrapper: load task %d failed to start", task.task_id)
+            self._finish_load(task, Bitmap(task.num_keys), "internal")
+
+    def _start_inner_load(self, task: _Task, stored: dict[ObjectKey, int]) -> None:
+        """Narrow the task to the keys worth loading (an object larger than the serde can ever
+        write is not this reader's: a miss, left in place), reserve the temporaries sized to the
+        stored objects and submit the inner load. Raises ``RuntimeError`` when the wrapper was
+        closed (the task is then already completed as failed)."""
+        keys = task.keys
         oversized: list[ObjectKey] = []
         for i, key in enumerate(keys):
             size = stored.get(key)
-            if size is not None and size > self._stored_bound(bounds[i]):
+            if size is not None and size > self._stored_bound(task.bounds[i]):
                 oversized.append(key)  # larger than the serde can ever write: not its bytes
                 continue
             task.positions.append(i)
         if oversized:
             task.missed_by_size = len(oversized)
-            self._reject(task, "length", oversized)
+            self._reject(task, "foreign", oversized)
         if not task.positions:
             self._finish_load(task, Bitmap(len(keys)), "stored_size" if stored else None)
-            return task_id
+            return
         load_keys = [keys[i] for i in task.positions]
-        task.dst_items = [dst_items[i] for i in task.positions]
-        task.layouts = [layouts[i] for i in task.positions]
-        task.bounds = [bounds[i] for i in task.positions]
+        task.dst_items = [task.dst_items[i] for i in task.positions]
+        task.layouts = [task.layouts[i] for i in task.positions]
+        task.bounds = [task.bounds[i] for i in task.positions]
         task.temp_keys = [make_temp_key(k) for k in load_keys]
         temps = self._reserve_temps(task.temp_keys, [self._stored_bound(b) for b in task.bounds])
         if temps is None:
             self._finish_load(task, Bitmap(len(keys)), "reserve")
-            return task_id
+            return
         task.temps = temps
         try:
             for key, temp in zip(load_keys, temps):
@@ -630,7 +682,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             _log.warning("serde wrapper: cannot narrow load temporaries: %s", exc)
             self._release_written(task.temp_keys)
             self._finish_load(task, Bitmap(len(keys)), "reserve")
-            return task_id
+            return
         failure: str | None = None
         with self._lock:  # registered before the poll thread can see the inner result
             if self._closed:
@@ -648,7 +700,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             self._finish_load(task, Bitmap(len(keys)), failure)
             if failure == "closed":
                 raise RuntimeError("SerdeL2AdapterWrapper is closed")
-        return task_id
 
     def stored_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         """The inner adapter's stored sizes of ``keys`` (frame included); ``{}`` when it does not
@@ -781,12 +832,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         return True
 
     def _reject(self, task: _Task, reason: str, keys: list[ObjectKey]) -> None:
-        """Count ``keys`` as refused for ``reason``, tell the listeners and delete the keys from
-        the inner adapter."""
+        """Count ``keys`` as refused for ``reason`` and tell the listeners; delete the keys from
+        the inner adapter only when ``reason`` proves their objects damaged
+        (:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`): an object this reader cannot
+        read (another config, key, layout, frame version or key material) stays for its own
+        reader, and the next store of the key replaces it."""
         task.rejected[reason] = task.rejected.get(reason, 0) + len(keys)
         self._metrics.record_rejection(reason, len(keys))
         self._call_listeners("on_l2_keys_rejected", reason, list(keys))
-        if not self._repair:
+        if not self._repair or reason not in DAMAGE_REASONS:
             return
         try:
             self._inner.delete(keys)
@@ -853,6 +907,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         final = Bitmap(task.num_keys)
         serialized = 0
         undecodable: list[ObjectKey] = []
+        foreign: list[ObjectKey] = []
         corrupt: list[ObjectKey] = []
         kept: list[ObjectKey] = []
         last_error: BaseException | None = None
@@ -864,6 +919,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             elif error is None:
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
+            elif isinstance(error, ForeignObjectError):  # the serde's "not mine to read"
+                scrub_destination(task.dst_items[slot])
+                foreign.append(key)
             elif self._blames_the_bytes(error):
                 undecodable.append(key)
             else:
@@ -877,6 +935,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                          task.task_id, describe_exception(last_error or _NoItemError()))
         if undecodable:
             self._reject(task, "decode", undecodable)
+        if foreign:
+            _log.info("serde wrapper: %d objects of load task %d were written with key material "
+                      "this reader does not hold; left in place", len(foreign), task.task_id)
+            self._reject(task, "foreign", foreign)
         if corrupt:
             self._reject(task, "checksum", corrupt)
         self._release_written(task.temp_keys)
@@ -896,7 +958,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 if bitmap.test(task.positions[slot]):
                     bytes_kv += item_size(task.dst_items[slot])
         self._metrics.record_load(task.num_keys, hits, serialized, bytes_kv)
-        broken = bool(task.rejected) or failed_stage in ("internal", "deserialize_submit",
+        broken = bool(DAMAGE_REASONS.intersection(task.rejected)) or failed_stage in ("internal", "deserialize_submit",
                                                           "reserve", "deserialize")
         self._count_outcome("load", not broken)
         emit_wrapper_task_event(WrapperTaskEvent(
@@ -934,6 +996,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         status["serde_type"] = self.serde_type
         status["serde_size_contract"] = self.size_contract.value
         status["serde_framed"] = self._framer is not None
+        status["serde_replacing_stores"] = self._replacing_stores
         status["serde_wrapper"] = self._metrics.snapshot()
         status["serde_consecutive_failures"] = failing
         status["is_healthy"] = (bool(status.get("is_healthy", True)) and not self._closed
@@ -983,9 +1046,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         with self._lock:
             stores = list(self._serializing.values()) + list(self._inner_storing.values())
             loads = list(self._inner_loading.values()) + list(self._deserializing.values())
+            waiting = list(self._sizing.values())  # no temporaries yet
             for table in (self._serializing, self._inner_storing, self._inner_loading,
-                          self._deserializing):
+                          self._deserializing, self._sizing):
                 table.clear()
+        self._sizes_worker.close()
+        for task in waiting:
+            self._finish_load(task, Bitmap(task.num_keys), "closed")
         for task in stores:
             self._release_any(task)
             self._finish_store(task, L2StoreResult(False, 0), "closed")
