@@ -41,7 +41,7 @@ from lmserde.l2 import (
     create_l2_adapter,
     key_file_name,
 )
-from lmserde.l2.serde.stored_frame import DAMAGE_REASONS, NOT_MINE_REASONS
+from lmserde.l2.serde.stored_frame import DAMAGE_REASONS
 from lmserde.l2.serde.wrapper import UNHEALTHY_AFTER_FAILURES
 from lmserde.spec import SerdeSizeContract
 

@@ -143,7 +143,7 @@ def test_a_raising_processor_makes_the_load_a_miss(method: str, exc: BaseExcepti
         keys = [key_of(1), key_of(2)]
         assert cache.store(wrapper, keys, objects_for(KV, 2)).is_successful()
         if method == "estimate_serialized_size":
-            wrapper._estimates.clear()  # the estimate is cached per layout after the store
+            wrapper._shape._estimates.clear()  # the estimate is cached per layout after the store
         proc.armed = True
         assert cache.load(wrapper, keys, KV)[0].to_list() == [False, False]
         proc.armed = False

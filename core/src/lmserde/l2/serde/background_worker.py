@@ -54,7 +54,7 @@ class BackgroundWorker:
                 return
             try:
                 job()  # type: ignore[operator]
-            except BaseException as exc:  # noqa: BLE001 - this thread must outlive any job
+            except BaseException as exc:
                 _log.error("%s: a job raised %s", self._name, describe_exception(exc))
 
     def close(self) -> None:

@@ -102,7 +102,7 @@ DAMAGE_REASONS = frozenset({"format", "length", "checksum", "decode"})
 #: configuration, key, layout, frame version or key material). A miss, never a deletion; a
 #: store of the key replaces it (:mod:`lmserde.l2.contract.replacing_store`).
 NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign"})
-assert DAMAGE_REASONS | NOT_MINE_REASONS == set(REJECT_REASONS)
+assert set(REJECT_REASONS) == DAMAGE_REASONS | NOT_MINE_REASONS
 assert not DAMAGE_REASONS & NOT_MINE_REASONS
 
 FLAG_CHECKSUM = 0x01

@@ -1,0 +1,282 @@
+"""The serde wrapper's store path: serialize → seal → inner store, one state machine.
+
+``submit`` reserves one L1 temporary per object (sized to the serde's bound plus the frame),
+hands the objects to the serde and returns. When the serde's serialize event fires,
+:meth:`StorePath.drain_serialize` checks each result against the size contract, seals it in its
+stored-object frame (or hands an adapter that writes heads last a pending header: the payload
+checksum then runs while it writes), read-locks the temporaries and submits the inner store.
+When the inner adapter's store event fires, :meth:`StorePath.drain_inner_store` releases the
+temporaries and completes the task. Any failure releases every temporary and completes the task
+as ``L2StoreResult(False, 0)``, naming the stage that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import cast
+
+from lmserde.base import SerdeProcessor
+from lmserde.containment import describe_exception, must_propagate
+from lmserde.hooks import emit_wrapper_task_event
+from lmserde.keys import ObjectKey, make_temp_key
+from lmserde.l2.contract.head_last import HeadLastAdapter
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.contract.task_queues import AdapterTaskQueues
+from lmserde.l2.serde.failure_streaks import FailureStreaks
+from lmserde.l2.serde.metrics import WrapperMetrics
+from lmserde.l2.serde.serde_shape import SerdeShape
+from lmserde.l2.serde.stored_frame import ObjectFramer
+from lmserde.l2.serde.temporaries import Temporaries
+from lmserde.l2.serde.wrapper_task import TaskPhase, WrapperTask, contained_submit, layout_of
+from lmserde.memory import MemoryObj
+from lmserde.observability import WrapperTaskEvent
+from lmserde.spec import SerdeSizeContract
+
+__all__ = ["StorePath"]
+
+_log = logging.getLogger("lmserde.l2.serde.wrapper")
+
+
+class StorePath:
+    """Stores of one serde wrapper (see the module docstring). Thread-safe: ``submit`` runs on
+    callers' threads, the drains on the wrapper's poll thread."""
+
+    def __init__(self, *, serde: SerdeProcessor, serde_type: str, inner: L2AdapterInterface,
+                 size_contract: SerdeSizeContract, framer: ObjectFramer | None, head_last: bool,
+                 shape: SerdeShape, temporaries: Temporaries, queues: AdapterTaskQueues,
+                 metrics: WrapperMetrics, streaks: FailureStreaks) -> None:
+        self._serde = serde
+        self._serde_type = serde_type
+        self._inner = inner
+        self._size_contract = size_contract
+        self._framer = framer
+        self._head_last = head_last
+        self._shape = shape
+        self._temps = temporaries
+        self._queues = queues
+        self._metrics = metrics
+        self._streaks = streaks
+        self._lock = threading.Lock()
+        self._closed = False
+        self._serializing: dict[int, WrapperTask] = {}
+        self._inner_storing: dict[int, WrapperTask] = {}
+
+    def submit(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]) -> L2TaskId:
+        """Start storing ``objects`` under ``keys``; the task's result comes through the store
+        queue. Raises ``RuntimeError`` when the path is closed, ``ValueError`` for mismatched
+        arguments; any other failure fails the task only."""
+        keys, objects = list(keys), list(objects)
+        if len(keys) != len(objects):
+            raise ValueError(f"submit_store_task got {len(keys)} keys but {len(objects)} objects")
+        task_id = self._queues.new_task_id()
+        now = time.perf_counter()
+        task = WrapperTask(task_id, keys, TaskPhase.SERIALIZE, now, now, num_keys=len(keys))
+        if not keys:
+            self._finish(task, L2StoreResult(True, 0), None)
+            return task_id
+        try:
+            task.layouts = [layout_of(o) for o in objects]
+            items = [self._shape.serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
+            task.bounds = [self._shape.payload_bound(lay) for lay in task.layouts]
+            task.bytes_kv = sum(o.get_size() for o in objects)
+        except BaseException as exc:  # bad input or a raising estimate fails this task only
+            if must_propagate(exc):
+                raise
+            _log.warning("serde wrapper: store task %d rejected: %s", task_id,
+                         describe_exception(exc))
+            self._finish(task, L2StoreResult(False, 0), "prepare")
+            return task_id
+        task.temp_keys = [make_temp_key(k) for k in keys]
+        temps = self._temps.reserve(task.temp_keys,
+                                    [self._shape.stored_bound(b) for b in task.bounds])
+        if temps is None:
+            self._finish(task, L2StoreResult(False, 0), "reserve")
+            return task_id
+        task.temps = temps
+        task.payloads = (temps if self._framer is None else
+                         [self._framer.payload_view(t, b) for t, b in zip(temps, task.bounds)])
+        failure: str | None = None
+        with self._lock:
+            if self._closed:
+                failure = "closed"
+            else:
+                serde_id = contained_submit(
+                    "submit_serialize",
+                    lambda: self._serde.submit_serialize(items, task.payloads, keys),
+                    lambda: self._temps.release_written(task.temp_keys))
+                if serde_id is None:
+                    failure = "serialize_submit"
+                else:
+                    self._serializing[serde_id] = task
+        if failure is not None:
+            self._temps.release_written(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), failure)
+            if failure == "closed":
+                raise RuntimeError("SerdeL2AdapterWrapper is closed")
+        return task_id
+
+    # -- serialize done -------------------------------------------------------------------------
+
+    def drain_serialize(self) -> None:
+        """Handle the serde's serialize event: move every finished task on."""
+        with self._lock:
+            pending = list(self._serializing.items())
+        for serde_id, task in pending:
+            try:
+                ok = self._serde.query_serialize_result(serde_id)
+            except BaseException as exc:  # a processor that cannot answer failed the task
+                _log.warning("serde wrapper: query_serialize_result raised: %s",
+                             describe_exception(exc))
+                ok = False
+            if ok is None:
+                continue
+            with self._lock:
+                self._serializing.pop(serde_id, None)
+            try:
+                self._after_serialize(task, ok)
+            except BaseException:  # never leave a task unfinished (this is the poll thread)
+                _log.exception("serde wrapper: store task %d failed after serialize", task.task_id)
+                self._release(task)
+                self._finish(task, L2StoreResult(False, 0), "internal")
+
+    def _after_serialize(self, task: WrapperTask, ok: bool) -> None:
+        self._metrics.record_stage("serialize", task.end_stage("serialize", time.perf_counter()))
+        if not ok:
+            self._temps.release_written(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), "serialize")
+            return
+        try:
+            self._seal(task)
+        except ValueError as exc:
+            _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
+                         task.task_id, self._serde_type, exc)
+            task.settle_heads()
+            self._temps.release_written(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), "output_contract")
+            return
+        locked = self._temps.to_read_locked(task.temp_keys)
+        if len(locked) != len(task.temp_keys):
+            _log.error("serde wrapper: L1 refused to read-lock %d temporaries",
+                       len(task.temp_keys) - len(locked))
+            held = set(locked)
+            task.settle_heads()
+            self._temps.release_read(locked)
+            self._temps.release_written([k for k in task.temp_keys if k not in held])
+            self._finish(task, L2StoreResult(False, 0), "internal")
+            return
+        task.phase = TaskPhase.INNER_STORE
+        try:
+            if task.heads is not None:
+                submit = "submit_store_task_head_last"
+                inner_id = cast(HeadLastAdapter, self._inner).submit_store_task_head_last(
+                    task.keys, task.temps, task.heads)
+            else:
+                submit = "submit_store_task"
+                inner_id = self._inner.submit_store_task(task.keys, task.temps)
+        except BaseException as exc:
+            _log.warning("serde wrapper: inner %s raised: %s", submit, describe_exception(exc))
+            task.settle_heads()
+            self._temps.release_read(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), "inner_store_submit")
+            return
+        with self._lock:
+            self._inner_storing[inner_id] = task
+
+    def _seal(self, task: WrapperTask) -> None:
+        """Check what the serde wrote against its bound and contract, then frame each object.
+
+        Raises ``ValueError`` when an object breaks the output contract; nothing is stored then.
+        """
+        for i, (payload, bound) in enumerate(zip(task.payloads, task.bounds)):
+            written = payload.get_size()
+            if not 0 <= written <= bound:
+                raise ValueError(f"object {i}: wrote {written} bytes, outside its estimate {bound}")
+            if self._size_contract is SerdeSizeContract.EXACT and written != bound:
+                raise ValueError(
+                    f"object {i}: wrote {written} bytes under an EXACT size contract "
+                    f"(estimate {bound})"
+                )
+        framer = self._framer
+        if framer is None:
+            return
+        # A checksum the serde's pass computed over exactly the payload written (its bound hasher)
+        # is used as it is; the others are hashed here: while the inner adapter writes
+        # (head-last) or before the store.
+        hashed = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
+        if self._head_last and any(c is None for c in hashed):
+            task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
+                                               checksum=checksum)
+                          for temp, payload, key, layout, checksum in zip(
+                              task.temps, task.payloads, task.keys, task.layouts, hashed)]
+            return
+        for temp, payload, key, layout, checksum in zip(task.temps, task.payloads, task.keys,
+                                                        task.layouts, hashed):
+            framer.seal(temp, payload.get_size(), key, layout, checksum=checksum)
+
+    # -- inner store done -----------------------------------------------------------------------
+
+    def drain_inner_store(self) -> None:
+        """Handle the inner adapter's store event: complete every finished task."""
+        try:
+            done = self._inner.pop_completed_store_tasks()
+        except BaseException as exc:  # nothing to match: its tasks fail when the wrapper closes
+            _log.warning("serde wrapper: inner pop_completed_store_tasks raised: %s",
+                         describe_exception(exc))
+            return
+        with self._lock:
+            mine = [(self._inner_storing.pop(i), r) for i, r in done.items()
+                    if i in self._inner_storing]
+        for task, result in mine:
+            self._metrics.record_stage("inner_store",
+                                       task.end_stage("inner_store", time.perf_counter()))
+            task.settle_heads()  # a key the adapter skipped never finished its head
+            self._temps.release_read(task.temp_keys)
+            if not isinstance(result, L2StoreResult):
+                result = L2StoreResult(bool(result), 0)
+            self._finish(task, result, None if result.is_successful() else "inner_store")
+
+    def _finish(self, task: WrapperTask, result: L2StoreResult, failed_stage: str | None) -> None:
+        ok = result.is_successful()
+        serialized = result.bytes_transferred()
+        self._metrics.record_store(ok, task.num_keys, task.bytes_kv, serialized)
+        if failed_stage is not None:
+            self._metrics.record_failure(failed_stage)
+        if failed_stage != "closed":
+            self._streaks.count("store", ok)
+        emit_wrapper_task_event(WrapperTaskEvent(
+            serde_type=self._serde_type, operation="store", task_id=task.task_id,
+            num_keys=task.num_keys, ok=ok, bytes_kv=task.bytes_kv if ok else 0,
+            bytes_serialized=serialized, failed_stage=failed_stage,
+            stage_seconds=dict(task.stage_seconds),
+        ))
+        self._queues.store.complete(task.task_id, result)
+
+    def _release(self, task: WrapperTask) -> None:
+        task.settle_heads()
+        if task.phase is TaskPhase.INNER_STORE:
+            self._temps.release_read(task.temp_keys)
+        else:
+            self._temps.release_written(task.temp_keys)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def stop_accepting(self) -> None:
+        """Refuse new stores from now on (``submit`` raises ``RuntimeError``)."""
+        with self._lock:
+            self._closed = True
+
+    def fail_unfinished(self) -> None:
+        """Complete every unfinished store as failed (stage ``closed``) and release its
+        temporaries. Call after :meth:`stop_accepting`, once the serde and the inner adapter
+        stopped working on them."""
+        with self._lock:
+            tasks = list(self._serializing.values()) + list(self._inner_storing.values())
+            self._serializing.clear()
+            self._inner_storing.clear()
+        for task in tasks:
+            self._release(task)
+            self._finish(task, L2StoreResult(False, 0), "closed")

@@ -1,0 +1,102 @@
+"""One task of the serde wrapper as it moves through its store or load path.
+
+A store goes serialize → inner store; a load goes (stored sizes →) inner load → verify →
+deserialize. :class:`WrapperTask` carries what each stage hands the next: the L1 temporaries, the
+object layouts and serde bounds, the serde's payload views, and, for a load, the caller positions
+of the keys still loading and the refusals so far.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lmserde.containment import describe_exception, must_propagate
+from lmserde.keys import ObjectKey
+from lmserde.l2.serde.stored_frame import PendingHeader
+from lmserde.layout import MemoryLayoutDesc
+from lmserde.memory import MemoryObj
+
+__all__ = ["TaskPhase", "WrapperTask", "NoItemError", "layout_of", "contained_submit"]
+
+_log = logging.getLogger("lmserde.l2.serde.wrapper")
+
+
+class NoItemError(Exception):
+    """Stands for the error of an item whose processor reported only that the task failed."""
+
+
+class TaskPhase(enum.Enum):
+    """Where a task is: which component holds its temporaries now."""
+
+    SERIALIZE = "serialize"
+    INNER_STORE = "inner_store"
+    INNER_LOAD = "inner_load"
+    DESERIALIZE = "deserialize"
+
+
+@dataclass(eq=False)
+class WrapperTask:
+    """The state of one store or load task (see the module docstring)."""
+
+    task_id: int
+    keys: list[ObjectKey]
+    phase: TaskPhase
+    started: float
+    stage_started: float
+    num_keys: int = 0
+    temp_keys: list[ObjectKey] = field(default_factory=list)
+    temps: list[MemoryObj] = field(default_factory=list)
+    bytes_kv: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    layouts: list[MemoryLayoutDesc] = field(default_factory=list)  # object layout per temp
+    bounds: list[int] = field(default_factory=list)  # serde bound (payload bytes) per temp
+    payloads: list[Any] = field(default_factory=list)  # what the serde wrote into / read from
+    # load only
+    positions: list[int] = field(default_factory=list)  # caller index of each temp
+    dst_items: list[Any] = field(default_factory=list)  # deserialize destination per temp
+    hit_slots: list[int] = field(default_factory=list)  # temp indices sent to deserialize
+    missed_by_size: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
+    confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
+    heads: list[PendingHeader] | None = None  # store, head-last: each temp's header to be written
+
+    def end_stage(self, name: str, now: float) -> float:
+        """Record that stage ``name`` ended at ``now``; returns its duration in seconds."""
+        seconds = now - self.stage_started
+        self.stage_seconds[name] = seconds
+        self.stage_started = now
+        return seconds
+
+    def settle_heads(self) -> None:
+        """Wait for the checksum threads still reading a store's temporaries (head-last headers
+        the inner adapter did not finish); call before the temporaries go back to L1."""
+        for head in self.heads or ():
+            head.settle()
+        self.heads = None
+
+
+def layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
+    """The layout of an L1 object (its own ``layout`` when it has one)."""
+    layout = getattr(obj, "layout", None)
+    if isinstance(layout, MemoryLayoutDesc):
+        return layout
+    return MemoryLayoutDesc(obj.get_shapes(), obj.get_dtypes())
+
+
+def contained_submit(what: str, submit: Callable[[], int],
+                     on_interrupt: Callable[[], None]) -> int | None:
+    """``submit()`` (a serde's or inner adapter's submit: plugin code); ``None`` when it raised,
+    logged. Ctrl-C on the main thread runs ``on_interrupt`` (release what the task holds) and
+    propagates."""
+    try:
+        return submit()
+    except BaseException as exc:
+        if must_propagate(exc):
+            on_interrupt()
+            raise
+        _log.warning("serde wrapper: %s raised: %s", what, describe_exception(exc))
+        return None
