@@ -112,9 +112,15 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
       actual-used-length contract upper-bound serdes rely on); a 0-byte file into a 0-byte
       destination is a hit.
     * Only regular files are objects: symlinks are never followed and FIFOs never waited on.
-      Anything else at a key's path (a symlink, FIFO, socket, device) is a miss and is replaced
-      by the next store of the key (``foreign_entries_replaced``); a directory there fails
-      stores of that key (it is never removed).
+      Anything else at a key's path (a symlink, FIFO, socket, device, an empty directory) is a
+      miss and is replaced by the next store of the key (``foreign_entries_replaced``); a
+      directory that holds anything fails stores of that key with an ``IsADirectoryError``
+      naming it (the adapter never removes what a directory holds; ``lmserde scrub`` reports
+      it).
+    * After :meth:`replace_existing_on_store` (see :mod:`lmserde.l2.contract.replacing_store`)
+      a store of a key whose file exists replaces it: the finished temporary file is renamed
+      over it (``os.replace``, atomic), in the plain and the head-last path alike
+      (``files_replaced``); concurrent stores of one key leave one complete file.
     * ``get_object_sizes`` reports file lengths, leaving out keys it cannot examine. Lookups
       check that a regular file exists; locks are no-ops (no eviction). Stores and loads run
       on ``io_workers`` threads; lookups complete inside submit.
@@ -180,6 +186,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._last_scan: dict[str, int] | None = None
         self._paths: dict[ObjectKey, str] = {}
         self._fsync = bool(fsync)
+        self._replace = False
         self._queues = AdapterTaskQueues()
         self._pool = ThreadPoolExecutor(max_workers=io_workers, thread_name_prefix="lmserde-fs")
         self._state_lock = threading.Lock()
@@ -187,7 +194,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._counts_lock = threading.Lock()
         self._counts = {"files_written": 0, "stores_skipped": 0, "store_errors": 0,
                         "load_hits": 0, "load_misses": 0, "size_mismatches": 0,
-                        "list_skipped_names": 0, "foreign_entries_replaced": 0}
+                        "list_skipped_names": 0, "foreign_entries_replaced": 0,
+                        "files_replaced": 0}
 
     @property
     def base_path(self) -> str:
@@ -230,6 +238,18 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._counts[name] += n
 
     # -- store ----------------------------------------------------------------------------------
+
+    def replace_existing_on_store(self) -> bool:
+        """Switch to replacing stores (see :mod:`lmserde.l2.contract.replacing_store`): from now
+        on a store of a key whose file exists renames its finished temporary over that file
+        instead of skipping the key. Always ``True``; idempotent."""
+        self._replace = True
+        return True
+
+    @property
+    def replaces_existing(self) -> bool:
+        """Whether stores replace existing files (:meth:`replace_existing_on_store` was called)."""
+        return self._replace
 
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
@@ -283,24 +303,24 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         path = self.path_of(key)
         hashed = is_hashed_name(os.path.basename(path))
         kind = clear_foreign_entry(path)
-        if kind is EntryKind.FILE:
+        if kind is EntryKind.FILE and not self._replace:
             if hashed:  # a file stored before sidecars existed becomes listable
                 self._ensure_sidecar(key, path)
             self._count("stores_skipped")
             return None
         if kind is EntryKind.DIRECTORY:
-            raise IsADirectoryError(f"a directory stands where the object file belongs: {path}")
-        if kind is EntryKind.OTHER:  # a symlink, FIFO, socket or device: removed, replaced now
+            _remove_empty_directory(path)
+        if kind in (EntryKind.OTHER, EntryKind.DIRECTORY):  # removed, replaced now
             self._count("foreign_entries_replaced")
         if hashed:
             self._ensure_sidecar(key, path)
         view = memoryview(obj.byte_array).cast("B")
-        if not self._publish(view, path, head):
+        if not self._publish(view, path, head, replace=self._replace):
             self._count("stores_skipped")
             return None
         if hashed:  # a concurrent delete may have removed the sidecar meanwhile
             self._ensure_sidecar(key, path)
-        self._count("files_written")
+        self._count("files_replaced" if kind is EntryKind.FILE else "files_written")
         return len(view)
 
     def _new_tmp_path(self) -> str:
@@ -310,9 +330,11 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         return f"{self._tmp_prefix}{next(self._tmp_counter)}.tmp"
 
-    def _publish(self, view: memoryview, path: str, head: DeferredHead | None = None) -> bool:
+    def _publish(self, view: memoryview, path: str, head: DeferredHead | None = None, *,
+                 replace: bool = False) -> bool:
         """Write ``view`` to a temporary (head last when ``head`` is given) and link it to
-        ``path``; ``False`` when ``path`` exists."""
+        ``path``; ``False`` when ``path`` exists. With ``replace`` the temporary is renamed over
+        whatever file ``path`` holds (atomic; a directory there raises ``IsADirectoryError``)."""
         tmp = self._new_tmp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -325,12 +347,15 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            try:
-                os.link(tmp, path)  # atomic "create if absent", also across processes
-            except FileExistsError:
-                return False
-            except OSError:  # no hard links here: fall back to an atomic replace
-                os.replace(tmp, path)
+            if replace:
+                os.replace(tmp, path)  # atomic: readers see the old file or the new one
+            else:
+                try:
+                    os.link(tmp, path)  # atomic "create if absent", also across processes
+                except FileExistsError:
+                    return False
+                except OSError:  # no hard links here: fall back to an atomic replace
+                    os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -343,10 +368,17 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         return True
 
     def _ensure_sidecar(self, key: ObjectKey, path: str) -> None:
-        """Publish the readable name of hashed ``path`` next to it, unless already there."""
+        """Publish the readable name of hashed ``path`` next to it, unless already there.
+
+        A sidecar that is missing, not a regular file, or names another key is replaced (its
+        content follows from the data file's name, so concurrent writers write the same bytes
+        and a rename over it is safe); an empty directory there is removed."""
+        if self._read_sidecar(os.path.basename(path)) == key:
+            return
         side = path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
-        if clear_foreign_entry(side) is not EntryKind.FILE:
-            self._publish(memoryview(readable_name(key).encode("ascii")), side)
+        if clear_foreign_entry(side) is EntryKind.DIRECTORY:
+            _remove_empty_directory(side)
+        self._publish(memoryview(readable_name(key).encode("ascii")), side, replace=True)
 
     # -- lookup / unlock ------------------------------------------------------------------------
 
@@ -544,6 +576,21 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._queues.close()
+
+
+def _remove_empty_directory(path: str) -> None:
+    """Remove the directory at ``path`` if it is empty (an empty directory holds no data, and
+    ``rmdir`` refuses atomically otherwise); ``IsADirectoryError`` naming it when it holds
+    anything: what a directory holds may be someone's data and is never removed."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise IsADirectoryError(
+            f"a directory that is not empty stands where an object file belongs: {path} "
+            f"({exc.strerror}); the adapter never removes what it holds: move it away "
+            "(lmserde scrub reports such entries)") from exc
 
 
 def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
