@@ -14,6 +14,7 @@ from lmserde.containment import describe_exception
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
@@ -149,6 +150,11 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
     @property
     def inner_adapter(self) -> L2AdapterInterface:
         return self._inner
+
+    def scrub_entries(self, *, delete: bool = False) -> EntryScrub | None:
+        """The inner adapter's entry scrub (faults are injected into tasks, not into storage);
+        ``None`` when it has none."""
+        return scrub_entries_of(self._inner, delete=delete)
 
     def replace_existing_on_store(self) -> bool:
         """Replacing stores are the inner adapter's: switches it when it offers them (see

@@ -20,6 +20,7 @@ from typing import Any
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
+from lmserde.l2.adapters.fs_entries import FSEntryLayout, scrub_fs_entries
 from lmserde.l2.adapters.fs_io import (
     EntryKind,
     clear_foreign_entry,
@@ -43,6 +44,7 @@ from lmserde.l2.adapters.fs_names import (
 )
 from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.entry_scrub import EntryScrub
 from lmserde.l2.contract.head_last import DeferredHead
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
@@ -128,6 +130,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
       writers of this host whose pid is gone, any writer's file unmodified for
       ``stale_tmp_seconds``); ``report_status`` counts what the sweep did (``tmp_removed``,
       ``tmp_kept_live``, ``tmp_kept_young``, ``tmp_sweep_errors``).
+    * With ``create`` false, ``base_path`` must be an existing directory
+      (``FileNotFoundError`` / ``NotADirectoryError`` otherwise) and opening changes nothing:
+      no directory is created and no temporary file removed (``lmserde scrub`` opens so;
+      stores fail while the temporary directory is missing).
+    * :meth:`scrub_entries` finds the entries that are no readable object (see
+      :mod:`lmserde.l2.adapters.fs_entries`) and removes them on request.
     * :meth:`list_l2_keys` lists stored keys from the file names. A key whose name is hashed
       (:func:`~lmserde.l2.adapters.fs_names.key_file_name`) gets a sidecar ``h-<digest>.key`` holding its
       readable name, published before the data file and removed by :meth:`delete`.
@@ -147,6 +155,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         stale_tmp_seconds: float = DEFAULT_STALE_TMP_SECONDS,
         naming: str = "lmserde",
         head_last: bool = True,
+        create: bool = True,
     ) -> None:
         super().__init__(0)
         self._head_last = bool(head_last)
@@ -168,7 +177,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._base = os.path.abspath(os.fspath(base_path))
         self._tmp_dir = os.path.join(self._base, tmp)
         self._tmp_top = tmp.split(os.sep)[0]
-        os.makedirs(self._tmp_dir, exist_ok=True)
+        if create:
+            os.makedirs(self._tmp_dir, exist_ok=True)
+        elif not os.path.isdir(self._base):
+            raise (NotADirectoryError if os.path.lexists(self._base) else FileNotFoundError)(
+                f"fs adapter base_path {self._base} is not an existing directory (create is "
+                "false: nothing is created)")
         self._stale_tmp_seconds = float(stale_tmp_seconds)
         self._domain = pid_domain()
         # unique across hosts and processes sharing the directory: pid domain, pid, random bytes,
@@ -176,8 +190,9 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._tmp_pid = os.getpid()
         self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         self._tmp_counter = itertools.count()
-        self._sweep = sweep_stale_temp_files(self._tmp_dir, domain=self._domain,
-                                             stale_seconds=self._stale_tmp_seconds)
+        self._sweep = (sweep_stale_temp_files(self._tmp_dir, domain=self._domain,
+                                              stale_seconds=self._stale_tmp_seconds)
+                       if create else TempSweep())
         if self._sweep.removed:
             _log.info("fs adapter %s: removed %d temporary file(s) of dead or stalled writers "
                       "(kept %d of live writers, %d younger than %g s)", self._base,
@@ -556,6 +571,17 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         key = parse_readable_name(data.decode("ascii"))
         return key if key is not None and key_file_name(key) == hashed else None
 
+    def scrub_entries(self, *, delete: bool = False) -> EntryScrub:
+        """Every entry of ``base_path`` that is no readable object, by reason; removed with
+        ``delete`` (see :mod:`lmserde.l2.adapters.fs_entries` for the reasons and what is never
+        removed). ``OSError`` when ``base_path`` cannot be listed."""
+        layout = FSEntryLayout(
+            base=self._base, tmp_dir=self._tmp_dir, tmp_top=self._tmp_top,
+            parse_name=self._parse_name, hashed_names=self._naming == "lmserde",
+            read_sidecar=self._read_sidecar, domain=self._domain,
+            stale_seconds=self._stale_tmp_seconds)
+        return scrub_fs_entries(layout, delete=delete)
+
     def report_status(self) -> dict[str, Any]:
         status = super().report_status()
         with self._counts_lock:
@@ -597,7 +623,7 @@ def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
     return FSL2Adapter(options["base_path"], relative_tmp_dir=options["relative_tmp_dir"],
                        fsync=options["fsync"], io_workers=options["io_workers"],
                        stale_tmp_seconds=options["stale_tmp_seconds"], naming=options["naming"],
-                       head_last=options["head_last"])
+                       head_last=options["head_last"], create=options["create"])
 
 
 def _check_base_path(value: str) -> None:
@@ -623,6 +649,10 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
                     "let the serde wrapper checksum a framed object while its file is written, "
                     "its header written last at offset 0; false for file systems that only take "
                     "sequential writes"),
+        SerdeOption("create", bool, True,
+                    "create base_path and its temporary directory when missing, and remove dead "
+                    "writers' temporary files on open; false: base_path must exist and opening "
+                    "changes nothing (lmserde scrub opens so)"),
         SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
                     "on open, remove any writer's temporary file unmodified for this long "
                     f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "
