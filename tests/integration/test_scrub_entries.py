@@ -70,6 +70,7 @@ def _damaged_tier(base: Path, l1: L1Manager, cache: Cache) -> dict[str, str]:
     for reason in ("sidecar_orphan", "stale_temp"):
         os.utime(base / names[reason], (OLD, OLD))
     (base / "README").write_text("not the tier's")
+    (base / ".tmp" / "notes.txt").write_text("not a temporary")
     return names
 
 
@@ -83,7 +84,8 @@ def test_entry_damage_is_reported_per_reason_and_removed_by_delete(
                                    "sidecar_missing": 1, "sidecar_orphan": 1, "stale_temp": 1,
                                    "symlink": 1}
     assert {f["name"] for f in entries["damaged"]} == set(names.values())
-    assert entries["unknown"] == ["README"] and entries["removed"] == 0
+    assert entries["unknown"] == ["README", os.path.join(".tmp", "notes.txt")]
+    assert entries["removed"] == 0
     assert report["verdicts"] == {"ok": 2} and report["damage_remaining"] == 8
     assert all(os.path.lexists(tmp_path / name) for name in names.values())  # looking changes nothing
 
@@ -97,6 +99,7 @@ def test_entry_damage_is_reported_per_reason_and_removed_by_delete(
         assert os.path.lexists(tmp_path / name) == (reason == "full_directory"), reason
     assert (tmp_path / names["full_directory"] / "someone's notes").read_text() == "keep"
     assert (tmp_path / "README").read_text() == "not the tier's"
+    assert (tmp_path / ".tmp" / "notes.txt").exists()
     assert not _sidecar(tmp_path, key_of(3, model=LONG)).exists()  # the foreign sidecar went too
 
     code, report = _scrub(capsys, tmp_path, "--delete")  # damage remains: still failing
@@ -112,7 +115,7 @@ def test_the_summary_names_each_damaged_entry(tmp_path: Path, l1: L1Manager, cac
     names = _damaged_tier(tmp_path, l1, cache)
     assert main(["scrub", json.dumps(_spec(tmp_path))]) == 1
     out = capsys.readouterr().out
-    assert "entries: 8 damaged (0 removed), 1 unknown" in out
+    assert "entries: 8 damaged (0 removed), 2 unknown" in out
     assert f"symlink          {names['symlink']} (kept" in out
     assert "8 damaged objects or entries remain: run again with --delete" in out
 

@@ -15,9 +15,10 @@ Damage (reported under its reason; removed with ``delete``):
 * ``stale_temp``: a temporary file of a dead or stalled writer (the rule of
   :mod:`lmserde.l2.adapters.fs_temp_files`; a live writer's is ``in_progress``); removed.
 
-Names that are none of the adapter's (no key name, no sidecar name, no temporary name) are
-``unknown``: reported, never touched. Before removing an entry its kind is checked again, so an
-object a concurrent store has just published is not removed for what stood there before.
+Names that are none of the adapter's (no key name, no sidecar name; in the temporary directory,
+anything but a regular file with a temporary's name) are ``unknown``: reported, never touched.
+Before removing an entry its kind is checked again, so an object a concurrent store has just
+published is not removed for what stood there before.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.adapters.fs_names import DATA_SUFFIX, SIDECAR_SUFFIX, is_hashed_name
-from lmserde.l2.adapters.fs_temp_files import sweep_stale_temp_files
+from lmserde.l2.adapters.fs_temp_files import parse_temp_name, sweep_stale_temp_files
 from lmserde.l2.contract.entry_scrub import EntryFinding, EntryScrub
 
 __all__ = ["FSEntryLayout", "scrub_fs_entries", "ENTRY_REASONS"]
@@ -164,7 +165,7 @@ def scrub_fs_entries(layout: FSEntryLayout, *, delete: bool = False,
                 damaged.append(_sidecar_finding(layout, name, "sidecar_missing", delete, None))
             else:
                 damaged.append(_sidecar_finding(layout, name, "sidecar_foreign", delete, side))
-    in_progress += _scrub_temps(layout, delete, now, damaged)
+    in_progress += _scrub_temps(layout, delete, now, damaged, unknown)
     return EntryScrub(damaged, unknown, in_progress)
 
 
@@ -186,13 +187,23 @@ def _sidecar_finding(layout: FSEntryLayout, name: str, reason: str, delete: bool
 
 
 def _scrub_temps(layout: FSEntryLayout, delete: bool, now: float,
-                 damaged: list[EntryFinding]) -> int:
-    """Add the stale temporaries to ``damaged``; the number of live or young ones."""
-    if _lstat_mode(layout.tmp_dir) is None:
+                 damaged: list[EntryFinding], unknown: list[str]) -> int:
+    """Add the stale temporaries to ``damaged`` and what is no temporary file to ``unknown``;
+    the number of live or young temporaries."""
+    mode = _lstat_mode(layout.tmp_dir)
+    if mode is None or not stat.S_ISDIR(mode):
         return 0
+    rel = os.path.relpath(layout.tmp_dir, layout.base)
+    with os.scandir(layout.tmp_dir) as entries:
+        for entry in entries:
+            try:
+                regular = entry.is_file(follow_symlinks=False)
+            except OSError:
+                regular = False
+            if parse_temp_name(entry.name) is None or not regular:
+                unknown.append(os.path.join(rel, entry.name))
     sweep = sweep_stale_temp_files(layout.tmp_dir, domain=layout.domain,
                                    stale_seconds=layout.stale_seconds, now=now, remove=delete)
-    rel = os.path.relpath(layout.tmp_dir, layout.base)
     for name in sweep.removed_names:
         damaged.append(EntryFinding(os.path.join(rel, name), "stale_temp", True))
     for name in sweep.stale_left:
