@@ -96,8 +96,17 @@ def test_scrub_detects_a_config_change_and_decodes(tmp_path: Path, l1: L1Manager
     assert _scrub_json(capsys, same, "--decode") == (0, _scrub_json(capsys, same, "--decode")[1])
     other = json.dumps({"type": "fs", "base_path": str(tmp_path),
                         "serde": {"type": "fp8", "fp8_dtype": "float8_e5m2"}})
+    # issue 27: objects of another config are someone else's, not damage: reported apart,
+    # exit 0, kept by --delete, removed only by --delete-foreign
     code, report = _scrub_json(capsys, other)
-    assert code == 1 and report["verdicts"] == {"config": 3}
+    assert code == 0 and report["verdicts"] == {"config": 3}
+    assert report["damaged"] == [] and len(report["foreign"]) == 3
+    code, report = _scrub_json(capsys, other, "--delete")
+    assert code == 0 and report["deleted"] == 0 and report["foreign_deleted"] == 0
+    assert all((tmp_path / key_file_name(k)).exists() for k in keys)
+    code, report = _scrub_json(capsys, other, "--delete-foreign")
+    assert code == 0 and report["foreign_deleted"] == 3
+    assert not any((tmp_path / key_file_name(k)).exists() for k in keys)
 
 
 def test_scrub_refuses_unframed_specs_and_bad_json(tmp_path: Path,
@@ -318,3 +327,18 @@ def test_payloads_only_a_decode_checks_are_unchecked_without_decode(
     code, report = _scrub_json(capsys, json.dumps(spec), "--decode")
     assert code == 1 and report["verdicts"] == {"ok": 2, "decode": 1}
     assert [d["chunk_hash"] for d in report["damaged"]] == [keys[1].chunk_hash.hex()]
+
+
+def test_an_object_written_for_another_key_is_reported_apart_and_kept(
+        tmp_path: Path, l1: L1Manager, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27: ``key`` (like ``config`` and ``foreign``) is someone else's object, not damage:
+    listed under ``foreign``, exit 0, kept by ``--delete``."""
+    keys = _fill(tmp_path, l1, cache, n=2)
+    moved = key_of(7, salt="tenant")
+    (tmp_path / key_file_name(moved)).write_bytes((tmp_path / key_file_name(keys[0])).read_bytes())
+    spec = json.dumps(_spec(tmp_path))
+    code, report = _scrub_json(capsys, spec, "--delete")
+    assert code == 0 and report["verdicts"] == {"key": 1, "ok": 2}
+    assert [d["chunk_hash"] for d in report["foreign"]] == [moved.chunk_hash.hex()]
+    assert report["damaged"] == [] and report["deleted"] == 0
+    assert (tmp_path / key_file_name(moved)).exists()

@@ -3,7 +3,8 @@
 A FIFO, a socket, a symlink (dangling, looping, or pointing at a FIFO or at another key's file)
 or a directory where an object file belongs is damage, like a corrupt file: loads of that key
 miss without blocking, other keys of the same batch are unaffected, the next store replaces the
-entry (a directory is never removed: storing that key fails, visibly), and listing skips it.
+entry (an empty directory too; what a directory holds is never removed: storing that key fails,
+visibly), and listing skips it.
 Also here: a listener raising a ``BaseException`` never stalls the adapter's io threads.
 """
 
@@ -104,15 +105,27 @@ def test_a_symlink_to_another_keys_file_is_not_followed(fs: FSL2Adapter) -> None
     assert fs.get_object_sizes([key(1)]) == {}
 
 
-def test_a_directory_at_a_key_path_fails_its_store_and_is_kept(fs: FSL2Adapter) -> None:
+def test_a_directory_holding_anything_fails_its_store_and_is_kept(fs: FSL2Adapter) -> None:
     os.mkdir(fs.path_of(key(0)))
+    Path(fs.path_of(key(0)), "someone's file").write_bytes(b"keep me")
     result = store_sync(fs, [key(0), key(1)], [random_object(LAYOUT, 0), random_object(LAYOUT, 1)],
                         timeout=SECONDS)
     assert not result.is_successful()  # never "stored" when nothing was written
     assert fs.report_status()["store_errors"] == 1
-    assert os.path.isdir(fs.path_of(key(0)))
+    assert Path(fs.path_of(key(0)), "someone's file").read_bytes() == b"keep me"
     assert load_sync(fs, [key(0), key(1)], [_dst(), _dst()], timeout=SECONDS).to_list() == [
         False, True]
+
+
+def test_an_empty_directory_at_a_key_path_is_replaced_by_the_next_store(fs: FSL2Adapter) -> None:
+    """Issue 27 item 6: an (empty) directory at a key's path made that key unstorable forever."""
+    os.mkdir(fs.path_of(key(0)))
+    src = random_object(LAYOUT, 0)
+    assert store_sync(fs, [key(0)], [src], timeout=SECONDS).is_successful()
+    dst = _dst()
+    assert load_sync(fs, [key(0)], [dst], timeout=SECONDS).to_list() == [True]
+    assert bytes(dst.byte_array) == bytes(src.byte_array)
+    assert fs.report_status()["foreign_entries_replaced"] == 1
 
 
 def test_a_fifo_sidecar_does_not_block_listing(fs: FSL2Adapter) -> None:

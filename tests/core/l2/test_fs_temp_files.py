@@ -225,3 +225,31 @@ def test_stale_tmp_seconds_option_reaches_the_adapter(tmp_path: Path) -> None:
         assert lookup_sync(adapter, [key(0)]).to_list() == [False]
     finally:
         adapter.close()
+
+
+def test_opening_with_create_false_changes_nothing(tmp_path: Path) -> None:
+    """Issue 27 item 6: a tool that only looks (``lmserde scrub``) opens with ``create=False``:
+    a missing base_path is an error and nothing is created; a dead writer's temporary stays
+    (the scrub reports it), and an adapter that only looks finds it without removing it."""
+    with pytest.raises(FileNotFoundError, match="not an existing directory"):
+        FSL2Adapter(tmp_path / "missing", create=False)
+    assert not (tmp_path / "missing").exists()
+    base = tmp_path / "l2"
+    FSL2Adapter(base).close()
+    dead = base / ".tmp" / "4242-abcdefabcdef-0.tmp"
+    dead.write_bytes(b"x")
+    os.utime(dead, (time.time() - 2 * HOUR, time.time() - 2 * HOUR))
+    looking = FSL2Adapter(base, create=False)
+    try:
+        assert dead.exists() and looking.tmp_sweep.removed == 0
+        found = looking.scrub_entries()
+        assert [(f.name, f.reason, f.removed) for f in found.damaged] == [
+            (os.path.join(".tmp", dead.name), "stale_temp", False)]
+        assert dead.exists()
+    finally:
+        looking.close()
+    opened = FSL2Adapter(base)  # an ordinary open sweeps it, as before
+    try:
+        assert not dead.exists() and opened.tmp_sweep.removed_names == (dead.name,)
+    finally:
+        opened.close()

@@ -122,6 +122,26 @@ def test_namespaces_isolate_deployments(redis_server: LocalRedisServer,
     assert a.list_l2_keys() == [key] and b.list_l2_keys() == []
 
 
+def test_the_empty_namespace_is_a_namespace_of_its_own(own_redis_server: LocalRedisServer,
+                                                      make_redis_adapter: MakeAdapter) -> None:
+    """Issue 27 item 7: ``namespace: ""`` listed every other namespace's keys as phantom keys
+    (``lmserde:m@...`` read as model ``lmserde:m``); now neither side sees the other's keys, and
+    a scrub of either (which walks the listing) finds only its own objects."""
+    empty = make_redis_adapter(url=own_redis_server.url, namespace="")
+    named = make_redis_adapter(url=own_redis_server.url, namespace="lmserde")
+    mine, theirs = make_key(1, model="m"), make_key(2, model="m", salt="t")
+    assert store_sync(empty, [mine], [kv_object(1)]).is_successful()
+    assert store_sync(named, [theirs], [kv_object(2)]).is_successful()
+    assert empty.list_l2_keys() == [mine]
+    assert empty.list_l2_keys(model_name="lmserde:m") == []
+    assert named.list_l2_keys() == [theirs]
+    assert lookup_sync(empty, [theirs]).to_list() == [False]
+    # the names stored are the ones the empty namespace always used (no prefix, no separator)
+    client = own_redis_server.client()
+    assert sorted(client.keys()) == sorted([empty._names.name_of(mine),
+                                            b"lmserde:" + empty._names.name_of(theirs)])
+
+
 def test_list_keys_by_model(adapter: Any) -> None:
     keys = [make_key(1, model="m1"), make_key(2, model="m2", salt="s"), make_key(3, model="m1")]
     assert store_sync(adapter, keys, [kv_object(i) for i in range(3)]).is_successful()

@@ -48,6 +48,23 @@ def test_namespaces_separate_keys(key: ObjectKey) -> None:
         RedisKeyNamer("other").key_of(a.name_of(key))
 
 
+@given(key=object_keys, namespace=namespaces.filter(bool))
+def test_the_empty_namespace_never_reads_a_namespaced_name(key: ObjectKey, namespace: str) -> None:
+    """A name of any non-empty namespace is no name of the empty namespace, and back."""
+    empty, named = RedisKeyNamer(""), RedisKeyNamer(namespace)
+    with pytest.raises(ValueError):
+        empty.key_of(named.name_of(key))
+    with pytest.raises(ValueError):
+        named.key_of(empty.name_of(key))
+
+
+@pytest.mark.parametrize("name", [b"m@00@0@ab", b"m@-0@0@ab", b"m%3a@0@0@ab", b"ns:x@0@0@"])
+def test_only_the_exact_name_of_a_key_parses(name: bytes) -> None:
+    """Non-canonical spellings (leading zeros, lower-case escapes, a raw ':') are no key names."""
+    with pytest.raises(ValueError):
+        RedisKeyNamer("").key_of(name)
+
+
 def test_name_layout_is_readable() -> None:
     key = ObjectKey(b"\x01\xab", "org/model", 0x01020304, 3, "tenant-1")
     assert RedisKeyNamer("kv").name_of(key) == b"kv:org/model@1020304@3@01ab@tenant-1"

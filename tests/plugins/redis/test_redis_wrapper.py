@@ -184,3 +184,22 @@ def test_a_payload_that_does_not_decode_is_a_miss_for_that_key(
     assert not bitmap.test(1)
     assert exact(outs[0], objs[0])
     assert l1.memory_used_bytes() == 0
+
+
+def test_a_scrub_of_the_empty_namespace_sees_only_its_own_objects(
+        own_redis_server: LocalRedisServer, make_redis_adapter: Callable[..., Any],
+        l1: L1Manager) -> None:
+    """Issue 27 item 7: scrub walks the listing, which for ``namespace: ""`` held every other
+    namespace's keys as phantom keys (reported as missing objects)."""
+    from lmserde.l2 import scrub_adapter
+
+    spec = {"url": own_redis_server.url, "serde": {"type": "identity"}}
+    empty = make_redis_adapter(l1=l1, namespace="", **spec)
+    named = make_redis_adapter(l1=l1, namespace="kv-prod", **spec)
+    assert store_sync(empty, [make_key(1)], [kv_object(1)]).is_successful()
+    assert store_sync(named, [make_key(2), make_key(3)], [kv_object(2), kv_object(3)]
+                      ).is_successful()
+    report = scrub_adapter(empty)
+    assert report.scanned == 1 and report.verdicts == {"ok": 1}
+    report = scrub_adapter(named)
+    assert report.scanned == 2 and report.verdicts == {"ok": 2}

@@ -147,6 +147,21 @@ def test_prefixes_isolate_deployments(make_s3_adapter: MakeAdapter) -> None:
     assert a.list_l2_keys() == [key] and b.list_l2_keys() == []
 
 
+def test_the_empty_prefix_is_isolated_from_prefixed_deployments(
+        make_s3_adapter: MakeAdapter) -> None:
+    """Issue 27 item 7: a deployment with prefix "" lists (and so scrubs and evicts) only its own
+    objects, though a listing of the whole bucket returns every other prefix's objects too."""
+    empty = make_s3_adapter(prefix="")
+    named = [make_s3_adapter(prefix=p) for p in ("lmserde/", "shared/", "t-" + "0" * 32)]
+    mine = make_key(1, model="m", salt="s")
+    theirs = [make_key(2 + i, model="m", salt=salt) for i, salt in enumerate(["", "s", "u"])]
+    assert store_sync(empty, [mine], [kv_object(1)]).is_successful()
+    for adapter, key in zip(named, theirs):
+        assert store_sync(adapter, [key], [kv_object(2)]).is_successful()
+    assert empty.list_l2_keys() == [mine]
+    assert [a.list_l2_keys() for a in named] == [[k] for k in theirs]
+
+
 def test_tenant_routes_put_tenants_in_their_own_buckets_and_prefixes(
     s3_server: LocalS3Server, make_s3_adapter: MakeAdapter, bucket: str,
 ) -> None:

@@ -70,6 +70,23 @@ def test_foreign_names_are_rejected(name: str) -> None:
         ObjectNamer("lmserde/").parse(name)
 
 
+@given(keys, st.sampled_from(["lmserde/", "shared/", "t-" + "0" * 32 + "/", "a/b/"]))
+def test_the_empty_prefix_never_reads_a_prefixed_name(key: ObjectKey, prefix: str) -> None:
+    """Issue 27 item 7: prefixes are isolated, the empty one included (prefixes that look like
+    a tenant part too)."""
+    with pytest.raises(ValueError):
+        ObjectNamer("").parse(ObjectNamer(prefix).name_of(key))
+    with pytest.raises(ValueError):
+        ObjectNamer(prefix).parse(ObjectNamer("").name_of(key))
+
+
+@pytest.mark.parametrize("name", ["shared/m@00@0@ab", "shared/m@-0@0@ab", "shared/m%c3%a9@0@0@ab",
+                                  "shared/m@0@00@ab"])
+def test_only_the_exact_name_of_a_key_parses(name: str) -> None:
+    with pytest.raises(ValueError):
+        ObjectNamer("").parse(name)
+
+
 def test_overlong_names_are_refused() -> None:
     namer = ObjectNamer("")
     namer.name_of(ObjectKey(b"", "m" * 900, 0))

@@ -1,10 +1,16 @@
 """``lmserde scrub ADAPTER_SPEC``: verify every stored object of a serde-wrapped L2 adapter.
 
-Exit status: 0 when every object verified, 1 when damage was found (deleted or not), 2 for a bad
-spec or an adapter that cannot be scrubbed, 3 when nothing was damaged but some objects could not
-be verified for a reason other than their bytes (the adapter could not say their size, or
-``--decode`` failed: a key service that cannot be reached, more than ``--l1-bytes`` needed);
-they are kept.
+Exit status: 0 when every object verified, 1 when damage was found (damaged objects or damaged
+entries, deleted or not: a run after ``--delete`` exits 0 only when nothing remains), 2 for a
+bad spec, an adapter that cannot be scrubbed or storage that does not exist (an ``fs``
+``base_path`` that is no directory: nothing is created), 3 when nothing was damaged but some
+objects could not be verified for a reason other than their bytes (the adapter could not say
+their size, or ``--decode`` failed: a key service that cannot be reached, more than
+``--l1-bytes`` needed); they are kept. Objects that are someone else's (another serde config,
+another key, key material this reader lacks) are reported as foreign and never fail the run.
+
+An adapter that declares the option ``create`` (``fs``) is opened with ``create: false`` unless
+the spec sets it: scrub changes nothing but what ``--delete`` removes.
 """
 
 from __future__ import annotations
@@ -35,15 +41,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scrub", help="verify the stored-object frames of an L2 adapter's objects",
         description="Read every object of an adapter back and verify its stored-object frame "
-                    "(format, length, serde config, key binding, checksum); report per reason. "
-                    "Exit status 1 when damage was found, 3 when some objects could not be "
-                    "verified for a reason other than their bytes (they are kept).")
+                    "(format, length, serde config, key binding, checksum) and walk its storage "
+                    "for entries that are no readable object; report per reason. Objects of "
+                    "other configs or keys are reported apart and kept. Exit status 1 when "
+                    "damage was found, 2 when the storage does not exist (nothing is created), "
+                    "3 when some objects could not be verified for a reason other than their "
+                    "bytes (they are kept).")
     p.add_argument("spec", help="adapter spec as JSON text, or @FILE holding it (the same dict as "
                                 "the L2 adapter config, with its 'serde')")
     p.add_argument("--decode", action="store_true",
                    help="also decode every object that verifies (slower; catches serde-level "
                         "damage that a checksum-less authenticated frame leaves to the serde)")
-    p.add_argument("--delete", action="store_true", help="delete the damaged objects")
+    p.add_argument("--delete", action="store_true",
+                   help="delete the damaged objects and remove the damaged entries (a directory "
+                        "only when empty; objects of other configs or keys are kept)")
+    p.add_argument("--delete-foreign", action="store_true",
+                   help="also delete the objects that are someone else's (written under another "
+                        "serde config, for another key, or with key material this reader lacks)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
@@ -61,11 +75,16 @@ def _read_spec(text: str) -> Any:
 
 
 def _build(spec: Any, l1: L1Manager) -> SerdeL2AdapterWrapper:
-    """The adapter and serde a spec names, wrapped without self-repair (scrub only looks)."""
+    """The adapter and serde a spec names, wrapped without self-repair (scrub only looks), opened
+    with ``create: false`` when its type declares that option and the spec does not set it."""
     from lmserde.l2.build import create_l2_adapter, parse_l2_adapter_spec
+    from lmserde.l2.discovery.registry import get_l2_adapter_spec
     from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 
     config = parse_l2_adapter_spec(spec)
+    declared = get_l2_adapter_spec(config.type).options or ()
+    if "create" not in config.options and any(o.name == "create" for o in declared):
+        config.options["create"] = False
     if config.serde_config is None:
         raise ValueError("the spec has no 'serde': only serde-wrapped adapters store frames")
     if not config.serde_frame:
@@ -93,14 +112,24 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
         return
-    print(f"scanned {report.scanned} objects: {report.ok} ok, {len(report.damaged)} damaged")
+    print(f"scanned {report.scanned} objects: {report.ok} ok, {len(report.damaged)} damaged, "
+          f"{len(report.foreign)} someone else's")
     for verdict, count in sorted(report.verdicts.items()):
         if verdict != "ok":
             print(f"  {verdict:<10} {count}")
+    _print_entries(report)
     if report.deleted:
         print(f"deleted {report.deleted} damaged objects")
-    elif report.damaged:
-        print("run again with --delete to remove the damaged objects (each is a miss anyway)")
+    if report.foreign_deleted:
+        print(f"deleted {report.foreign_deleted} objects of other configs or keys")
+    elif report.foreign:
+        print(f"{len(report.foreign)} objects were written under another serde config, for "
+              "another key or with key material this reader lacks: not damage, kept "
+              "(--delete-foreign removes them)")
+    if report.damage_remaining:
+        print(f"{report.damage_remaining} damaged objects or entries remain"
+              + ("" if report.deleted or _entries_removed(report) else
+                 ": run again with --delete to remove them (each is a miss anyway)"))
     if report.unchecked:
         print(f"{report.unchecked} objects were checked by their frame only: their serde "
               "authenticates the payload instead of a frame checksum, so only --decode checks "
@@ -109,6 +138,23 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"{report.unverified} objects could not be verified, for a reason other than their "
               "bytes (a key service or the storage could not be reached, or an object needs more "
               "than --l1-bytes to decode: see the log); they were kept, run again later")
+
+
+def _entries_removed(report: ScrubReport) -> int:
+    return 0 if report.entries is None else sum(f.removed for f in report.entries.damaged)
+
+
+def _print_entries(report: ScrubReport) -> None:
+    entries = report.entries
+    if entries is None:
+        return
+    removed = _entries_removed(report)
+    print(f"entries: {len(entries.damaged)} damaged ({removed} removed), "
+          f"{len(entries.unknown)} unknown (never touched), {entries.in_progress} being written")
+    for finding in entries.damaged:
+        state = "removed" if finding.removed else "kept"
+        detail = f": {finding.detail}" if finding.detail else ""
+        print(f"  {finding.reason:<16} {finding.name} ({state}{detail})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,8 +175,9 @@ def run(args: argparse.Namespace) -> int:
             limit = (DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None
                      else args.max_object_bytes)
             report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   batch=args.batch, on_progress=advance, max_object_bytes=limit)
-    except (NotImplementedError, ValueError) as exc:
+                                   delete_foreign=args.delete_foreign, batch=args.batch,
+                                   on_progress=advance, max_object_bytes=limit)
+    except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:

@@ -48,7 +48,11 @@ class RedisKeyNamer:
     """Maps object keys to Redis key names under one ``namespace`` and back.
 
     Two adapters with different namespaces never see each other's keys; the namespace may be empty
-    (no prefix, no separator).
+    (no prefix, no separator). :meth:`key_of` accepts exactly the names :meth:`name_of` gives, so
+    the empty namespace is a namespace of its own: every name of a non-empty namespace holds the
+    unescaped ``:`` after its prefix, which no name of the empty namespace holds (each of its
+    components escapes ``:``), so the names of every namespace, the empty one included, stay as
+    they always were and none is read as another namespace's key.
     """
 
     def __init__(self, namespace: str) -> None:
@@ -91,5 +95,11 @@ class RedisKeyNamer:
         if len(chunk) % 2:
             raise ValueError(f"redis key {text!r} has an odd-length chunk hash")
         salt = _unescape(parts[4]) if len(parts) == 5 else ""
-        return ObjectKey(bytes.fromhex(chunk), _unescape(model), int(rank, 16), int(group, 16),
-                         salt)
+        key = ObjectKey(bytes.fromhex(chunk), _unescape(model), int(rank, 16), int(group, 16),
+                        salt)
+        # only the exact name this namespace gives the key is one of its names: a raw ':' (which
+        # every escaped component lacks) marks another namespace's name, whose prefix the empty
+        # namespace would otherwise read as part of the model name
+        if self.name_of(key) != text.encode("utf-8", "surrogatepass"):
+            raise ValueError(f"redis key {text!r} is not a name of namespace {self.namespace!r}")
+        return key

@@ -102,7 +102,12 @@ class ParsedName:
 
 
 class ObjectNamer:
-    """Maps keys to object names under one ``prefix`` (``""`` or ending in ``/``) and back."""
+    """Maps keys to object names under one ``prefix`` (``""`` or ending in ``/``) and back.
+
+    :meth:`parse` accepts exactly the names :meth:`name_of` gives. Prefixes are isolated, the
+    empty one included: after its prefix a name holds one ``/`` (after the tenant, which is
+    ``shared`` or ``t-<32 hex>``) and none in its escaped model, so a name of prefix ``p/`` is no
+    name of prefix ``""`` (its first segment ``p`` is no tenant, or its model holds a ``/``)."""
 
     def __init__(self, prefix: str) -> None:
         if prefix and not prefix.endswith("/"):
@@ -132,8 +137,15 @@ class ObjectNamer:
         if not (_RANK.match(rank) and _HEX.match(group) and group and _HEX.match(chunk)
                 and len(chunk) % 2 == 0):
             raise ValueError(f"object {name!r} has malformed hex fields")
-        return ParsedName(tenant, unescape(model), int(rank, 16), int(group, 16),
-                          bytes.fromhex(chunk))
+        parsed = ParsedName(tenant, unescape(model), int(rank, 16), int(group, 16),
+                            bytes.fromhex(chunk))
+        # only the exact name this prefix gives a key is one of its names (no leading zeros, no
+        # lower-case escapes): two spellings never list as one key twice
+        canonical = (f"{tenant}/{escape(parsed.model_name)}@{parsed.kv_rank:x}"
+                     f"@{parsed.object_group_id:x}@{parsed.chunk_hash.hex()}")
+        if canonical != name[len(self.prefix):]:
+            raise ValueError(f"object {name!r} is not the name this prefix gives its key")
+        return parsed
 
 
 def encode_salt_metadata(cache_salt: str) -> str:

@@ -14,9 +14,11 @@ from lmserde.containment import describe_exception
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
@@ -148,6 +150,16 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
     @property
     def inner_adapter(self) -> L2AdapterInterface:
         return self._inner
+
+    def scrub_entries(self, *, delete: bool = False) -> EntryScrub | None:
+        """The inner adapter's entry scrub (faults are injected into tasks, not into storage);
+        ``None`` when it has none."""
+        return scrub_entries_of(self._inner, delete=delete)
+
+    def replace_existing_on_store(self) -> bool:
+        """Replacing stores are the inner adapter's: switches it when it offers them (see
+        :func:`~lmserde.l2.contract.replacing_store.enable_replacing_stores`); whether it did."""
+        return enable_replacing_stores(self._inner)
 
     @property
     def plan(self) -> FaultPlan:

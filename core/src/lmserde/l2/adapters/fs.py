@@ -20,6 +20,7 @@ from typing import Any
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
+from lmserde.l2.adapters.fs_entries import FSEntryLayout, scrub_fs_entries
 from lmserde.l2.adapters.fs_io import (
     EntryKind,
     clear_foreign_entry,
@@ -43,6 +44,7 @@ from lmserde.l2.adapters.fs_names import (
 )
 from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale_temp_files, temp_file_prefix
 from lmserde.l2.contract.bitmap import Bitmap
+from lmserde.l2.contract.entry_scrub import EntryScrub
 from lmserde.l2.contract.head_last import DeferredHead
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
@@ -112,9 +114,15 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
       actual-used-length contract upper-bound serdes rely on); a 0-byte file into a 0-byte
       destination is a hit.
     * Only regular files are objects: symlinks are never followed and FIFOs never waited on.
-      Anything else at a key's path (a symlink, FIFO, socket, device) is a miss and is replaced
-      by the next store of the key (``foreign_entries_replaced``); a directory there fails
-      stores of that key (it is never removed).
+      Anything else at a key's path (a symlink, FIFO, socket, device, an empty directory) is a
+      miss and is replaced by the next store of the key (``foreign_entries_replaced``); a
+      directory that holds anything fails stores of that key with an ``IsADirectoryError``
+      naming it (the adapter never removes what a directory holds; ``lmserde scrub`` reports
+      it).
+    * After :meth:`replace_existing_on_store` (see :mod:`lmserde.l2.contract.replacing_store`)
+      a store of a key whose file exists replaces it: the finished temporary file is renamed
+      over it (``os.replace``, atomic), in the plain and the head-last path alike
+      (``files_replaced``); concurrent stores of one key leave one complete file.
     * ``get_object_sizes`` reports file lengths, leaving out keys it cannot examine. Lookups
       check that a regular file exists; locks are no-ops (no eviction). Stores and loads run
       on ``io_workers`` threads; lookups complete inside submit.
@@ -122,6 +130,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
       writers of this host whose pid is gone, any writer's file unmodified for
       ``stale_tmp_seconds``); ``report_status`` counts what the sweep did (``tmp_removed``,
       ``tmp_kept_live``, ``tmp_kept_young``, ``tmp_sweep_errors``).
+    * With ``create`` false, ``base_path`` must be an existing directory
+      (``FileNotFoundError`` / ``NotADirectoryError`` otherwise) and opening changes nothing:
+      no directory is created and no temporary file removed (``lmserde scrub`` opens so;
+      stores fail while the temporary directory is missing).
+    * :meth:`scrub_entries` finds the entries that are no readable object (see
+      :mod:`lmserde.l2.adapters.fs_entries`) and removes them on request.
     * :meth:`list_l2_keys` lists stored keys from the file names. A key whose name is hashed
       (:func:`~lmserde.l2.adapters.fs_names.key_file_name`) gets a sidecar ``h-<digest>.key`` holding its
       readable name, published before the data file and removed by :meth:`delete`.
@@ -141,6 +155,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         stale_tmp_seconds: float = DEFAULT_STALE_TMP_SECONDS,
         naming: str = "lmserde",
         head_last: bool = True,
+        create: bool = True,
     ) -> None:
         super().__init__(0)
         self._head_last = bool(head_last)
@@ -162,7 +177,12 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._base = os.path.abspath(os.fspath(base_path))
         self._tmp_dir = os.path.join(self._base, tmp)
         self._tmp_top = tmp.split(os.sep)[0]
-        os.makedirs(self._tmp_dir, exist_ok=True)
+        if create:
+            os.makedirs(self._tmp_dir, exist_ok=True)
+        elif not os.path.isdir(self._base):
+            raise (NotADirectoryError if os.path.lexists(self._base) else FileNotFoundError)(
+                f"fs adapter base_path {self._base} is not an existing directory (create is "
+                "false: nothing is created)")
         self._stale_tmp_seconds = float(stale_tmp_seconds)
         self._domain = pid_domain()
         # unique across hosts and processes sharing the directory: pid domain, pid, random bytes,
@@ -170,8 +190,9 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._tmp_pid = os.getpid()
         self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         self._tmp_counter = itertools.count()
-        self._sweep = sweep_stale_temp_files(self._tmp_dir, domain=self._domain,
-                                             stale_seconds=self._stale_tmp_seconds)
+        self._sweep = (sweep_stale_temp_files(self._tmp_dir, domain=self._domain,
+                                              stale_seconds=self._stale_tmp_seconds)
+                       if create else TempSweep())
         if self._sweep.removed:
             _log.info("fs adapter %s: removed %d temporary file(s) of dead or stalled writers "
                       "(kept %d of live writers, %d younger than %g s)", self._base,
@@ -180,6 +201,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._last_scan: dict[str, int] | None = None
         self._paths: dict[ObjectKey, str] = {}
         self._fsync = bool(fsync)
+        self._replace = False
         self._queues = AdapterTaskQueues()
         self._pool = ThreadPoolExecutor(max_workers=io_workers, thread_name_prefix="lmserde-fs")
         self._state_lock = threading.Lock()
@@ -187,7 +209,8 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._counts_lock = threading.Lock()
         self._counts = {"files_written": 0, "stores_skipped": 0, "store_errors": 0,
                         "load_hits": 0, "load_misses": 0, "size_mismatches": 0,
-                        "list_skipped_names": 0, "foreign_entries_replaced": 0}
+                        "list_skipped_names": 0, "foreign_entries_replaced": 0,
+                        "files_replaced": 0}
 
     @property
     def base_path(self) -> str:
@@ -230,6 +253,18 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._counts[name] += n
 
     # -- store ----------------------------------------------------------------------------------
+
+    def replace_existing_on_store(self) -> bool:
+        """Switch to replacing stores (see :mod:`lmserde.l2.contract.replacing_store`): from now
+        on a store of a key whose file exists renames its finished temporary over that file
+        instead of skipping the key. Always ``True``; idempotent."""
+        self._replace = True
+        return True
+
+    @property
+    def replaces_existing(self) -> bool:
+        """Whether stores replace existing files (:meth:`replace_existing_on_store` was called)."""
+        return self._replace
 
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
@@ -283,24 +318,24 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         path = self.path_of(key)
         hashed = is_hashed_name(os.path.basename(path))
         kind = clear_foreign_entry(path)
-        if kind is EntryKind.FILE:
+        if kind is EntryKind.FILE and not self._replace:
             if hashed:  # a file stored before sidecars existed becomes listable
                 self._ensure_sidecar(key, path)
             self._count("stores_skipped")
             return None
         if kind is EntryKind.DIRECTORY:
-            raise IsADirectoryError(f"a directory stands where the object file belongs: {path}")
-        if kind is EntryKind.OTHER:  # a symlink, FIFO, socket or device: removed, replaced now
+            _remove_empty_directory(path)
+        if kind in (EntryKind.OTHER, EntryKind.DIRECTORY):  # removed, replaced now
             self._count("foreign_entries_replaced")
         if hashed:
             self._ensure_sidecar(key, path)
         view = memoryview(obj.byte_array).cast("B")
-        if not self._publish(view, path, head):
+        if not self._publish(view, path, head, replace=self._replace):
             self._count("stores_skipped")
             return None
         if hashed:  # a concurrent delete may have removed the sidecar meanwhile
             self._ensure_sidecar(key, path)
-        self._count("files_written")
+        self._count("files_replaced" if kind is EntryKind.FILE else "files_written")
         return len(view)
 
     def _new_tmp_path(self) -> str:
@@ -310,9 +345,11 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
             self._tmp_prefix = os.path.join(self._tmp_dir, temp_file_prefix(self._domain))
         return f"{self._tmp_prefix}{next(self._tmp_counter)}.tmp"
 
-    def _publish(self, view: memoryview, path: str, head: DeferredHead | None = None) -> bool:
+    def _publish(self, view: memoryview, path: str, head: DeferredHead | None = None, *,
+                 replace: bool = False) -> bool:
         """Write ``view`` to a temporary (head last when ``head`` is given) and link it to
-        ``path``; ``False`` when ``path`` exists."""
+        ``path``; ``False`` when ``path`` exists. With ``replace`` the temporary is renamed over
+        whatever file ``path`` holds (atomic; a directory there raises ``IsADirectoryError``)."""
         tmp = self._new_tmp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -325,12 +362,15 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            try:
-                os.link(tmp, path)  # atomic "create if absent", also across processes
-            except FileExistsError:
-                return False
-            except OSError:  # no hard links here: fall back to an atomic replace
-                os.replace(tmp, path)
+            if replace:
+                os.replace(tmp, path)  # atomic: readers see the old file or the new one
+            else:
+                try:
+                    os.link(tmp, path)  # atomic "create if absent", also across processes
+                except FileExistsError:
+                    return False
+                except OSError:  # no hard links here: fall back to an atomic replace
+                    os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -343,10 +383,17 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         return True
 
     def _ensure_sidecar(self, key: ObjectKey, path: str) -> None:
-        """Publish the readable name of hashed ``path`` next to it, unless already there."""
+        """Publish the readable name of hashed ``path`` next to it, unless already there.
+
+        A sidecar that is missing, not a regular file, or names another key is replaced (its
+        content follows from the data file's name, so concurrent writers write the same bytes
+        and a rename over it is safe); an empty directory there is removed."""
+        if self._read_sidecar(os.path.basename(path)) == key:
+            return
         side = path[: -len(DATA_SUFFIX)] + SIDECAR_SUFFIX
-        if clear_foreign_entry(side) is not EntryKind.FILE:
-            self._publish(memoryview(readable_name(key).encode("ascii")), side)
+        if clear_foreign_entry(side) is EntryKind.DIRECTORY:
+            _remove_empty_directory(side)
+        self._publish(memoryview(readable_name(key).encode("ascii")), side, replace=True)
 
     # -- lookup / unlock ------------------------------------------------------------------------
 
@@ -524,6 +571,17 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         key = parse_readable_name(data.decode("ascii"))
         return key if key is not None and key_file_name(key) == hashed else None
 
+    def scrub_entries(self, *, delete: bool = False) -> EntryScrub:
+        """Every entry of ``base_path`` that is no readable object, by reason; removed with
+        ``delete`` (see :mod:`lmserde.l2.adapters.fs_entries` for the reasons and what is never
+        removed). ``OSError`` when ``base_path`` cannot be listed."""
+        layout = FSEntryLayout(
+            base=self._base, tmp_dir=self._tmp_dir, tmp_top=self._tmp_top,
+            parse_name=self._parse_name, hashed_names=self._naming == "lmserde",
+            read_sidecar=self._read_sidecar, domain=self._domain,
+            stale_seconds=self._stale_tmp_seconds)
+        return scrub_fs_entries(layout, delete=delete)
+
     def report_status(self) -> dict[str, Any]:
         status = super().report_status()
         with self._counts_lock:
@@ -546,11 +604,26 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
         self._queues.close()
 
 
+def _remove_empty_directory(path: str) -> None:
+    """Remove the directory at ``path`` if it is empty (an empty directory holds no data, and
+    ``rmdir`` refuses atomically otherwise); ``IsADirectoryError`` naming it when it holds
+    anything: what a directory holds may be someone's data and is never removed."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise IsADirectoryError(
+            f"a directory that is not empty stands where an object file belongs: {path} "
+            f"({exc.strerror}); the adapter never removes what it holds: move it away "
+            "(lmserde scrub reports such entries)") from exc
+
+
 def _create_fs(options: dict[str, Any], l1_manager: Any) -> FSL2Adapter:
     return FSL2Adapter(options["base_path"], relative_tmp_dir=options["relative_tmp_dir"],
                        fsync=options["fsync"], io_workers=options["io_workers"],
                        stale_tmp_seconds=options["stale_tmp_seconds"], naming=options["naming"],
-                       head_last=options["head_last"])
+                       head_last=options["head_last"], create=options["create"])
 
 
 def _check_base_path(value: str) -> None:
@@ -576,6 +649,10 @@ FS_ADAPTER_SPEC = L2AdapterSpec(
                     "let the serde wrapper checksum a framed object while its file is written, "
                     "its header written last at offset 0; false for file systems that only take "
                     "sequential writes"),
+        SerdeOption("create", bool, True,
+                    "create base_path and its temporary directory when missing, and remove dead "
+                    "writers' temporary files on open; false: base_path must exist and opening "
+                    "changes nothing (lmserde scrub opens so)"),
         SerdeOption("stale_tmp_seconds", float, DEFAULT_STALE_TMP_SECONDS,
                     "on open, remove any writer's temporary file unmodified for this long "
                     f"(dead writers of this host: at once); {MIN_STALE_TMP_SECONDS:g} to "

@@ -102,22 +102,30 @@ def _pid_is_alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class TempSweep:
-    """What one sweep did: files removed, temporaries kept (live writer / too young), and errors."""
+    """What one sweep did: files removed, temporaries kept (live writer / too young), and errors.
+
+    ``removed_names`` names the files removed; ``stale_left`` the stale ones still there (all of
+    them when the sweep only looked, ``remove=False``; else those whose removal failed)."""
 
     removed: int = 0
     kept_live: int = 0
     kept_young: int = 0
     errors: int = 0
+    removed_names: tuple[str, ...] = ()
+    stale_left: tuple[str, ...] = ()
 
 
 def sweep_stale_temp_files(tmp_dir: str, *, domain: str, stale_seconds: float,
-                           now: float | None = None) -> TempSweep:
-    """Remove the temporary files of dead writers in ``tmp_dir`` (see the module docstring).
+                           now: float | None = None, remove: bool = True) -> TempSweep:
+    """Remove the temporary files of dead writers in ``tmp_dir`` (see the module docstring);
+    with ``remove=False`` only find them (``stale_left``), changing nothing.
 
     Never raises for I/O problems: they are logged and counted in ``errors``.
     """
     now = time.time() if now is None else now
     removed = kept_live = kept_young = errors = 0
+    removed_names: list[str] = []
+    stale_left: list[str] = []
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     try:
         dir_fd = os.open(tmp_dir, flags)
@@ -135,6 +143,7 @@ def sweep_stale_temp_files(tmp_dir: str, *, domain: str, stale_seconds: float,
             writer = parse_temp_name(name)
             if writer is None:
                 continue
+            stale = False
             try:
                 st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if not stat.S_ISREG(st.st_mode):
@@ -147,12 +156,19 @@ def sweep_stale_temp_files(tmp_dir: str, *, domain: str, stale_seconds: float,
                 if not mine and now - st.st_mtime <= stale_seconds:
                     kept_young += 1
                     continue
+                stale = True
+                if not remove:
+                    stale_left.append(name)
+                    continue
                 os.unlink(name, dir_fd=dir_fd)
                 removed += 1
+                removed_names.append(name)
             except FileNotFoundError:  # finished (linked and unlinked) or swept by another opener
                 continue
             except OSError as exc:
                 errors += 1
+                if stale:
+                    stale_left.append(name)
                 _log.warning("fs adapter: cannot remove stale temporary %s: %s",
                              os.path.join(tmp_dir, name), exc)
     except OSError as exc:
@@ -160,4 +176,5 @@ def sweep_stale_temp_files(tmp_dir: str, *, domain: str, stale_seconds: float,
         _log.warning("fs adapter: cannot list %s to sweep temporary files: %s", tmp_dir, exc)
     finally:
         os.close(dir_fd)
-    return TempSweep(removed, kept_live, kept_young, errors)
+    return TempSweep(removed, kept_live, kept_young, errors, tuple(removed_names),
+                     tuple(stale_left))

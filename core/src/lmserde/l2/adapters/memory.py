@@ -38,6 +38,8 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     destination's ``get_size()`` (the same contract as ``fs``); ``get_object_sizes`` reports
     stored sizes. Work is done inside ``submit_*``; results are signalled through the fds as usual.
     Keys deleted while locked disappear for lookups at once and are freed on their last unlock.
+    A store of a stored key always replaces its object (under the adapter's lock: a load sees
+    the old copy or the new one), so :meth:`replace_existing_on_store` only says so.
     """
 
     adapter_type = "memory"
@@ -61,6 +63,11 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
             raise RuntimeError("MemoryL2Adapter is closed")
 
     # -- store ----------------------------------------------------------------------------------
+
+    def replace_existing_on_store(self) -> bool:
+        """Replacing stores (see :mod:`lmserde.l2.contract.replacing_store`): this adapter's
+        stores always replace a key's object, so this only answers ``True``."""
+        return True
 
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]

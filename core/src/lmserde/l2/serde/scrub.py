@@ -10,6 +10,18 @@ carries no frame checksum (its serde authenticates it: aesgcm frame v2) is ``unc
 frame is fine, its payload bytes were not checked. Nothing is deleted unless ``delete`` is set.
 An object larger than ``max_object_bytes`` is not read (a buffer of its size is never
 allocated): it is reported as ``length`` damage, as no KV chunk is that large.
+
+Damage is what the reader can prove is bad: ``format``, ``length``, ``checksum``, ``decode``,
+``layout``. An object written under another serde configuration, for another key or with key
+material this reader does not hold (``config``, ``key``, ``foreign``) is *not mine*, not damage:
+another fleet may read it. It is reported apart (``report.foreign``), never counts as damage and
+is deleted only with ``delete_foreign``.
+
+Before the objects, the inner adapter's *entries* are scrubbed when it can see them
+(:mod:`lmserde.l2.contract.entry_scrub`; ``fs``: symlinks, FIFOs and directories at key paths,
+hashed names whose sidecar is missing or names another key, orphan sidecars, temporary files of
+dead writers): each is damage under its own reason, removed with ``delete`` (a directory only
+when empty), and a name that is none of the adapter's is ``unknown``, never touched.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from typing import Any
 import torch
 
 from lmserde.keys import ObjectKey
+from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.sync_driver import load_sync
 from lmserde.l2.serde.stored_frame import (
     FRAME_HEADER_BYTES,
@@ -33,7 +46,7 @@ from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 
-__all__ = ["DEFAULT_MAX_OBJECT_BYTES", "ScrubReport", "scrub_adapter"]
+__all__ = ["DEFAULT_MAX_OBJECT_BYTES", "NOT_MINE", "ScrubReport", "scrub_adapter"]
 
 #: Objects above this size are reported as ``length`` damage without being read (4 GiB: a
 #: Llama-3-405B chunk of 2,048 tokens in bf16 is 1 GiB).
@@ -51,16 +64,29 @@ _log = logging.getLogger(__name__)
 Verdict = str
 #: Verdicts that are not damage.
 _NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified"})
+#: Verdicts of objects that are someone else's ("not mine"): not damage, kept unless asked.
+NOT_MINE = frozenset({"config", "key", "foreign"})
+
+
+def _key_dict(key: ObjectKey) -> dict[str, Any]:
+    return {"chunk_hash": key.chunk_hash.hex(), "model_name": key.model_name,
+            "kv_rank": key.kv_rank, "object_group_id": key.object_group_id,
+            "cache_salt": key.cache_salt}
 
 
 @dataclass
 class ScrubReport:
-    """Counts by verdict, the damaged keys and how many of them were deleted."""
+    """Counts by verdict, the damaged keys and how many of them were deleted, the objects that
+    are someone else's (``foreign``, deleted only on request: ``foreign_deleted``) and the
+    inner adapter's damaged entries (``entries``; ``None`` when it cannot see entries)."""
 
     scanned: int = 0
     verdicts: dict[Verdict, int] = field(default_factory=dict)
     damaged: list[ObjectKey] = field(default_factory=list)
     deleted: int = 0
+    foreign: list[ObjectKey] = field(default_factory=list)
+    foreign_deleted: int = 0
+    entries: EntryScrub | None = None
 
     @property
     def ok(self) -> int:
@@ -68,7 +94,14 @@ class ScrubReport:
 
     @property
     def found_damage(self) -> bool:
-        return bool(self.damaged)
+        """Whether any damaged object or damaged entry was found (removed or not)."""
+        return bool(self.damaged) or bool(self.entries is not None and self.entries.damaged)
+
+    @property
+    def damage_remaining(self) -> int:
+        """Damaged objects not deleted plus damaged entries still there."""
+        entries = 0 if self.entries is None else len(self.entries.remaining)
+        return len(self.damaged) - self.deleted + entries
 
     @property
     def unchecked(self) -> int:
@@ -84,20 +117,39 @@ class ScrubReport:
     def add(self, key: ObjectKey, verdict: Verdict) -> None:
         self.scanned += 1
         self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
-        if verdict not in _NOT_DAMAGE:
+        if verdict in NOT_MINE:
+            self.foreign.append(key)
+        elif verdict not in _NOT_DAMAGE:
             self.damaged.append(key)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (damaged keys as hex chunk hashes with their tenant and model)."""
+        """JSON-ready summary (keys as hex chunk hashes with their tenant and model; entries
+        by name, reason, whether removed, and why one was kept)."""
+        entries = self.entries
         return {
             "scanned": self.scanned,
             "ok": self.ok,
             "verdicts": dict(sorted(self.verdicts.items())),
-            "damaged": [{"chunk_hash": k.chunk_hash.hex(), "model_name": k.model_name,
-                         "kv_rank": k.kv_rank, "object_group_id": k.object_group_id,
-                         "cache_salt": k.cache_salt} for k in self.damaged],
+            "damaged": [_key_dict(k) for k in self.damaged],
             "deleted": self.deleted,
+            "foreign": [_key_dict(k) for k in self.foreign],
+            "foreign_deleted": self.foreign_deleted,
+            "entries": None if entries is None else {
+                "verdicts": dict(sorted(_count_reasons(entries).items())),
+                "damaged": [f.as_dict() for f in entries.damaged],
+                "removed": sum(f.removed for f in entries.damaged),
+                "unknown": list(entries.unknown),
+                "in_progress": entries.in_progress,
+            },
+            "damage_remaining": self.damage_remaining,
         }
+
+
+def _count_reasons(entries: EntryScrub) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for finding in entries.damaged:
+        counts[finding.reason] = counts.get(finding.reason, 0) + 1
+    return counts
 
 
 def _byte_obj(size: int) -> TensorMemoryObj:
@@ -193,6 +245,8 @@ def scrub_adapter(
     keys: Iterable[ObjectKey] | None = None,
     decode: bool = False,
     delete: bool = False,
+    delete_foreign: bool = False,
+    entries: bool = True,
     batch: int = 64,
     on_progress: Callable[[int], None] | None = None,
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
@@ -201,9 +255,12 @@ def scrub_adapter(
 
     Needs a framing wrapper over an adapter that reports object sizes. ``on_progress(n)`` is
     called after each batch with the number of keys it held. With ``delete`` the damaged keys are
-    deleted from the inner adapter (``report.deleted``); ``unverified`` objects (a decode that
-    failed for a reason other than the bytes) are never deleted. Objects over
-    ``max_object_bytes`` are ``length`` damage, unread.
+    deleted from the inner adapter (``report.deleted``) and its damaged entries removed;
+    ``unverified`` objects (a decode that failed for a reason other than the bytes) are never
+    deleted, objects that are someone else's (:data:`NOT_MINE`) only with ``delete_foreign``
+    (``report.foreign_deleted``). Objects over ``max_object_bytes`` are ``length`` damage,
+    unread. ``entries`` (default) scrubs the inner adapter's entries first, when it can see
+    them (``report.entries``); ``OSError`` when its storage cannot be walked.
     """
     if wrapper.framer is None:
         raise ValueError("scrub needs framed objects: this adapter stores raw serde bytes "
@@ -215,8 +272,10 @@ def scrub_adapter(
     if max_object_bytes < FRAME_HEADER_BYTES:
         raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
                          f"got {max_object_bytes}")
-    listed = list(wrapper.list_l2_keys() if keys is None else keys)
     report = ScrubReport()
+    if entries:
+        report.entries = scrub_entries_of(wrapper.inner_adapter, delete=delete)
+    listed = list(wrapper.list_l2_keys() if keys is None else keys)
     rejections = _Rejections()
     wrapper.register_listener(rejections)
     try:
@@ -230,6 +289,9 @@ def scrub_adapter(
     if delete and report.damaged:
         wrapper.inner_adapter.delete(report.damaged)
         report.deleted = len(report.damaged)
+    if delete_foreign and report.foreign:
+        wrapper.inner_adapter.delete(report.foreign)
+        report.foreign_deleted = len(report.foreign)
     return report
 
 
