@@ -16,6 +16,7 @@ from pathlib import Path
 
 import lmserde.l2 as l2
 import pytest
+from lmserde import SerdeConfig, create_serde_processor
 from lmserde.l1 import L1Manager
 from lmserde.l2 import SPLIT_TIER_K_TAG, FaultPlan, SplitTierL2Adapter, SplitTierState
 from split_serdes import V_ONLY, key, kv_object, same, sentinel_object, v_only_serde_registered
@@ -32,29 +33,36 @@ def fault_spec(base: Path, **plan: object) -> dict[str, object]:
             "serde": {"type": V_ONLY}, **plan}
 
 
-def v_file(split: SplitTierL2Adapter, k: object) -> str:
+def v_file(split: SplitTierL2Adapter, k: object, generation: bytes | None = None) -> str:
     fs = split.inner_adapter.inner_adapter  # fault -> fs
-    return fs.path_of(split.v_child_key(k))
+    return fs.path_of(split.v_child_key(k, generation))
 
 
 def test_k_evicted_while_the_v_store_is_in_flight(tmp_path: Path) -> None:
     """The V store's result is held back by the fault adapter; K is evicted meanwhile: the store
     finishes, but the key never becomes a hit and its V child does not stay in L2."""
     plan = FaultPlan(delay_rate=1.0, delay_seconds=4.0)
-    # a key whose injected delay is long enough to evict K while its store is in flight
-    a = next(k for k in (key(i) for i in range(100))
-             if plan.delay_for("store", [l2.derive_component_key(k, "v")]) > 1.0)
+    # a store generation whose injected delay (drawn from the V child key, which names the
+    # generation) is long enough to evict K while its store is in flight
+    a = key(1)
+    source = l2.GenerationSource(b"\x00" * 8)
+    generation = next(g for g in iter(source, None)
+                      if plan.delay_for("store", [l2.derive_v_child_key(a, g)]) > 1.0)
     l1 = L1Manager(1 << 20)
-    split = l2.create_l2_adapter(fault_spec(tmp_path / "kv", delay_rate=1.0, delay_seconds=4.0), l1)
+    fs = l2.create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "kv")}, None)
+    split = l2.create_split_tier_adapter(
+        l2.FaultInjectingL2Adapter(fs, plan), create_serde_processor(SerdeConfig(V_ONLY)), l1,
+        serde_type=V_ONLY, generation_source=lambda: generation)
     try:
         task = split.submit_store_task([a], [kv_object(1)])
+        assert split.store_generation(a) == generation
         assert split.manifest.lookup(a) is SplitTierState.STORE_IN_FLIGHT
         l1.delete([split.k_child_key(a)], tag=SPLIT_TIER_K_TAG)  # evicted mid-store
         assert split.manifest.lookup(a) is None
         assert l2.wait_for_store(split, task).is_successful()
         assert split.accounting()["stores_superseded"] == 1
         assert split.manifest.lookup(a) is None
-        assert not os.path.exists(v_file(split, a)), "the late V child was removed"
+        assert not os.path.exists(v_file(split, a, generation)), "the late V child was removed"
         assert l2.lookup_sync(split, [a]).count() == 0
         assert l1.memory_used_bytes() == 0
     finally:
@@ -98,9 +106,10 @@ def test_corrupt_v_is_a_miss_and_drops_k(tmp_path: Path) -> None:
     try:
         a = key(1)
         assert l2.store_sync(split, [a], [kv_object(1)]).is_successful()
+        path = v_file(split, a)
         assert l2.load_sync(split, [a], [sentinel_object()]).count() == 0
         assert split.metrics()["rejections"], "the frame check refused the V child"
-        assert not os.path.exists(v_file(split, a))
+        assert not os.path.exists(path)
         assert not split.holds_k(a) and split.manifest.lookup(a) is None
         assert split.accounting()["v_losses"] == 1
         assert l1.memory_used_bytes() == 0

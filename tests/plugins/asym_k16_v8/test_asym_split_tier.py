@@ -15,7 +15,7 @@ import lmserde.l1 as l1
 import lmserde.l2 as l2
 import pytest
 import torch
-from lmserde import MemoryLayoutDesc, TensorMemoryObj
+from lmserde import MemoryLayoutDesc, SerdeConfig, TensorMemoryObj, create_serde_processor
 from lmserde.l2 import FRAME_HEADER_BYTES, SplitTierL2Adapter
 from lmserde_asym_k16_v8 import AsymCodec, EncodedKVHeader
 from test_asym_wrapper import NUMEL, SHAPE, key, kv_object, sentinel_object, v_close
@@ -128,10 +128,15 @@ def test_split_tier_v_only_with_the_fault_adapter(tmp_path: Path) -> None:
     """Keys the fault adapter drops on load are misses; the others load K exact and V close."""
     manager = l1.L1Manager(64 << 20)
     keys = [key(40 + i) for i in range(3)]
-    drop = l2.derive_component_key(keys[1], "v").chunk_hash.hex()
-    split = l2.create_l2_adapter(
-        {"type": "fault", "inner": {"type": "fs", "base_path": str(tmp_path / "kv")},
-         "miss_chunk_hashes": [drop], "serde": {"type": "asym_k16_v8_v_only"}}, manager)
+    # V child keys name their store's generation: with a known source, keys[1]'s is the second
+    generations = l2.GenerationSource(b"\x01" * 8)
+    drop = l2.derive_v_child_key(keys[1], b"\x01" * 8 + (2).to_bytes(8, "big")).chunk_hash
+    fault = l2.FaultInjectingL2Adapter(
+        l2.create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "kv")}, None),
+        l2.FaultPlan(miss_chunk_hashes=frozenset({drop})))
+    split = l2.create_split_tier_adapter(
+        fault, create_serde_processor(SerdeConfig("asym_k16_v8_v_only")), manager,
+        serde_type="asym_k16_v8_v_only", generation_source=generations)
     try:
         objs = [kv_object(40 + i) for i in range(3)]
         assert l2.store_sync(split, keys, objs).is_successful()

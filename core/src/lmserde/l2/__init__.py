@@ -49,6 +49,12 @@ from lmserde.l2.serde.scrub import ScrubReport, scrub_adapter
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, REJECT_REASONS, FrameRejected, ObjectFramer
 from lmserde.l2.serde.wrapper import L1_WRITE_TAG, SerdeL2AdapterWrapper
 from lmserde.l2.split.adapter import SplitTierL2Adapter, create_split_tier_adapter
+from lmserde.l2.split.generation import (
+    GENERATION_BYTES,
+    GenerationSource,
+    derive_v_child_key,
+    parse_v_child_key,
+)
 from lmserde.l2.split.k_pool import SPLIT_TIER_K_TAG
 from lmserde.l2.split.manifest import SplitTierManifest, SplitTierState
 from lmserde.l2.split.placement import (
@@ -106,6 +112,10 @@ __all__ = [
     "check_split_tier_specs",
     "create_l2_adapter",
     "create_split_tier_adapter",
+    "GENERATION_BYTES",
+    "GenerationSource",
+    "derive_v_child_key",
+    "parse_v_child_key",
     "create_serde_chain",
     "create_serde_for_config",
     "get_l2_adapter_spec",

@@ -26,8 +26,9 @@ class SplitTierAccounting:
     _FIELDS = (
         "store_tasks_ok", "store_tasks_failed", "keys_stored", "logical_bytes_stored",
         "l1_k_bytes_stored", "l2_v_bytes_stored", "stores_superseded",
-        "lookup_keys", "lookup_hits", "load_keys", "load_hits", "load_misses_not_complete",
-        "load_misses_k_absent", "load_misses_v", "k_evictions", "v_losses", "deletes",
+        "lookup_keys", "lookup_hits", "lookup_misses_generation", "load_keys", "load_hits",
+        "load_misses_not_complete", "load_misses_k_absent", "load_misses_generation",
+        "load_misses_v", "k_evictions", "v_losses", "deletes",
     )
 
     def __init__(self) -> None:
@@ -50,7 +51,9 @@ class SplitTierAccounting:
                  k_pool_evictions: int, manifest: dict[str, int]) -> dict[str, Any]:
         """Counters plus the current L1 footprint and the fractions of the logical bytes stored.
 
-        ``l1_k_bytes``/``k_children``: K halves in L1 now. ``logical_bytes_stored``: bytes of the
+        ``l1_k_bytes``/``k_children``: K halves in L1 now. ``*_misses_generation``: keys whose
+        K half in L1 was written by another store than the key's complete entry (racing stores
+        of one key; a miss, never a mixed hit). ``logical_bytes_stored``: bytes of the
         (K, V) objects of successful stores; ``l1_k_bytes_stored`` / ``l2_v_bytes_stored``: what
         of them stayed in L1 / went to L2 (stored bytes, headers and frames included).
         ``stored_fraction`` = L2 bytes / logical bytes (0.25 plus overhead for fp8 V from bf16),

@@ -12,6 +12,20 @@ V child is in L2; a load fills the caller's two-group object, K from L1 and V de
 Losing either half (K evicted from L1 by anyone, V deleted or evicted from L2) invalidates the
 key and removes the other half, so it is a miss, never a hit with stale or missing K.
 
+Store generations (:mod:`lmserde.l2.split.generation`) make a hit one store's K and V. Each store
+of a key takes a fresh 16-byte generation (random per host, counted per store), recorded with
+the K half in the K pool and in the V half's key (the V child key names it, and the stored
+frame fingerprints the whole key). A lookup or load takes the generation of the key's
+``COMPLETE`` entry, locks the K half only if it is of that generation (else a miss counted as
+``lookup_misses_generation`` / ``load_misses_generation``) and reads the V child of that
+generation (absent: a miss). A re-store therefore never meets an existing V object: it writes
+its own, so it works the same whether the inner adapter skips or replaces existing keys; the
+V half of the store it displaced, and its own V half if it is superseded or fails, are deleted
+after its V store finishes. Racing stores of one key can leave K of one and the complete entry
+of the other: that is a generation mismatch, a miss until the next store, never a mixed hit. A
+re-store of a key whose K half a lookup or load holds is refused (the store fails; the key is
+then a miss until stored again).
+
 Startup rules (violations raise :class:`~lmserde.l2.split.placement.SplitTierConfigError`): a
 single split-tier serde (no chain) with a two-slot mapping that leaves the K group out; an inner
 adapter that reports stored sizes (the serde is upper-bound); one split-tier adapter per
@@ -29,7 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +60,12 @@ from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.l2.split.accounting import SplitTierAccounting
+from lmserde.l2.split.generation import (
+    GenerationSource,
+    check_generation,
+    derive_v_child_key,
+    parse_v_child_key,
+)
 from lmserde.l2.split.k_pool import DEFAULT_K_CHILD_MAX_SLOTS, KChildPool
 from lmserde.l2.split.manifest import SplitTierManifest, SplitTierState
 from lmserde.l2.split.placement import (
@@ -69,8 +89,8 @@ _ACTIVE_LOCK = threading.Lock()
 _ACTIVE: weakref.WeakKeyDictionary[L1Manager, SplitTierL2Adapter] = weakref.WeakKeyDictionary()
 
 
-def _v(key: ObjectKey) -> ObjectKey:
-    return derive_component_key(key, "v")
+def _v(key: ObjectKey, generation: bytes) -> ObjectKey:
+    return derive_v_child_key(key, generation)
 
 
 @dataclass
@@ -87,7 +107,9 @@ class _Halves:
 class _Store:
     task_id: int
     keys: list[ObjectKey]
-    generations: list[int]
+    generations: list[int]  # manifest generations
+    stores: list[bytes]  # store generations, one per key
+    displaced: list[tuple[ObjectKey, bytes]]  # (key, store generation) of displaced stores
     logical_bytes: int
     k_bytes: int
 
@@ -99,6 +121,7 @@ class _Read:
     task_id: int
     keys: list[ObjectKey]
     positions: list[int]
+    stores: list[bytes] = field(default_factory=list)  # store generation read, per position
     halves: list[_Halves] = field(default_factory=list)  # load only, per position
     k_objs: list[MemoryObj] = field(default_factory=list)  # load only, per position
 
@@ -164,6 +187,7 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         *,
         manifest: SplitTierManifest | None = None,
         k_child_max_slots: int = DEFAULT_K_CHILD_MAX_SLOTS,
+        generation_source: Callable[[], bytes] | None = None,
     ) -> None:
         super().__init__(v_adapter.max_capacity_bytes)
         _claim_l1(l1_manager, self)
@@ -172,6 +196,9 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
             self._l1 = l1_manager
             self._slots = slots
             self._manifest = manifest if manifest is not None else SplitTierManifest()
+            self._new_generation = (generation_source if generation_source is not None
+                                    else GenerationSource())
+            self._v_locks: dict[ObjectKey, list[ObjectKey]] = {}  # V children a lookup locked
             self._acct = SplitTierAccounting()
             self._lock = threading.Lock()
             self._closed = False
@@ -242,9 +269,18 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         """The L1 key of ``key``'s K half (tag :data:`~lmserde.l2.split.k_pool.SPLIT_TIER_K_TAG`)."""
         return derive_component_key(key, "k")
 
-    def v_child_key(self, key: ObjectKey) -> ObjectKey:
-        """The inner adapter's key of ``key``'s V half."""
-        return _v(key)
+    def v_child_key(self, key: ObjectKey, generation: bytes | None = None) -> ObjectKey | None:
+        """The inner adapter's key of ``key``'s V half written by the store of ``generation``;
+        by default of the key's store in flight or complete (``None`` when there is none)."""
+        if generation is None:
+            generation = self._manifest.live_store(key)
+            if generation is None:
+                return None
+        return _v(key, generation)
+
+    def store_generation(self, key: ObjectKey) -> bytes | None:
+        """The store generation of ``key``'s store in flight or complete (``None``: none)."""
+        return self._manifest.live_store(key)
 
     def holds_k(self, key: ObjectKey) -> bool:
         """Whether ``key``'s K half is in L1."""
@@ -315,21 +351,25 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         except ValueError as exc:  # bad input fails this task only
             _log.warning("split tier: store task %d rejected: %s", task_id, exc)
             return self._fail_store(task_id)
-        generations = [self._manifest.register_pending(k) for k in keys]
-        why = self._kpool.put(keys, [h.k_bytes for h in halves], [h.k_layout for h in halves])
+        stores = [check_generation(self._new_generation()) for _ in keys]
+        registered = [self._manifest.register_store(k, g) for k, g in zip(keys, stores)]
+        generations = [g for g, _ in registered]
+        task = _Store(task_id, keys, generations, stores,
+                      [(k, d) for k, (_, d) in zip(keys, registered) if d is not None],
+                      sum(h.nbytes for h in halves), sum(h.k_layout.nbytes for h in halves))
+        why = self._kpool.put(keys, [h.k_bytes for h in halves], [h.k_layout for h in halves],
+                              stores)
         if why is not None:
             _log.warning("split tier: store task %d: keeping K in L1 failed: %s", task_id, why)
-            self._abandon(keys, generations, delete_v=False)
+            self._abandon(task, delete_v=False)
             return self._fail_store(task_id)
-        task = _Store(task_id, keys, generations, sum(h.nbytes for h in halves),
-                      sum(h.k_layout.nbytes for h in halves))
         failure: str | None = None
         with self._lock:  # registered before the poll thread can see the V result
             if self._closed:
                 failure = "closed"
             else:
                 try:
-                    v_id = self._v.submit_store_task([_v(k) for k in keys],
+                    v_id = self._v.submit_store_task([_v(k, g) for k, g in zip(keys, stores)],
                                                      [h.v_view for h in halves])
                 except Exception as exc:
                     failure = f"{type(exc).__name__}: {exc}"
@@ -337,7 +377,7 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
                     self._stores[v_id] = task
         if failure is not None:
             _log.warning("split tier: store task %d: V store not submitted: %s", task_id, failure)
-            self._abandon(keys, generations, delete_v=True)
+            self._abandon(task, delete_v=True)
             self._fail_store(task_id)
             if failure == "closed":
                 raise RuntimeError("SplitTierL2Adapter is closed")
@@ -348,27 +388,28 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         self._queues.store.complete(task_id, L2StoreResult(False, 0))
         return task_id
 
-    def _abandon(self, keys: list[ObjectKey], generations: list[int], *, delete_v: bool) -> None:
-        """Undo a store: keys still at its generation lose both halves and their entry; keys
-        deleted or invalidated meanwhile lose what this store may have left behind."""
-        mine = [k for k, g in zip(keys, generations) if self._manifest.forget(k, g)]
-        stale = [k for k in keys if k not in set(mine) and self._orphaned(k)]
-        if mine or stale:
-            self._kpool.remove(mine + stale)
-        if delete_v and (mine or stale):
-            self._delete_v(mine + stale)
+    def _abandon(self, task: _Store, *, delete_v: bool) -> None:
+        """Undo a store: keys still at its generation lose their entry and any K half; keys
+        taken over meanwhile lose this store's K half only. The V halves of the stores it
+        displaced go (their keys are misses now), and its own V halves with ``delete_v``."""
+        mine = [k for k, g in zip(task.keys, task.generations) if self._manifest.forget(k, g)]
+        taken = set(mine)
+        if mine:
+            self._kpool.remove(mine)
+        self._kpool.remove_if([(k, g) for k, g in zip(task.keys, task.stores) if k not in taken])
+        doomed = list(task.displaced)
+        if delete_v:
+            doomed += list(zip(task.keys, task.stores))
+        self._delete_v(doomed)
 
-    def _orphaned(self, key: ObjectKey) -> bool:
-        """Whether halves of ``key`` written by a superseded store belong to nobody now: no newer
-        store is in flight or complete (the key was deleted or invalidated meanwhile)."""
-        return self._manifest.lookup(key) not in (SplitTierState.STORE_IN_FLIGHT,
-                                                  SplitTierState.COMPLETE)
-
-    def _delete_v(self, keys: list[ObjectKey]) -> None:
+    def _delete_v(self, pairs: Sequence[tuple[ObjectKey, bytes]]) -> None:
+        """Delete the V children of ``(key, store generation)`` pairs (errors are logged)."""
+        if not pairs:
+            return
         try:
-            self._v.delete([_v(k) for k in keys])
-        except Exception as exc:  # orphaned V children are misses (no manifest entry)
-            _log.warning("split tier: deleting %d V children failed: %s: %s", len(keys),
+            self._v.delete([_v(k, g) for k, g in pairs])
+        except Exception as exc:  # orphaned V children are misses (no K of their generation)
+            _log.warning("split tier: deleting %d V children failed: %s: %s", len(pairs),
                          type(exc).__name__, exc)
 
     def _drain_stores(self) -> None:
@@ -380,25 +421,24 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
                 self._after_store(task, result)
             except Exception:  # never leave a task unfinished
                 _log.exception("split tier: store task %d failed after the V store", task.task_id)
-                self._abandon(task.keys, task.generations, delete_v=True)
+                self._abandon(task, delete_v=True)
                 self._fail_store(task.task_id)
 
     def _after_store(self, task: _Store, result: L2StoreResult) -> None:
         if not isinstance(result, L2StoreResult) or not result.is_successful():
-            self._abandon(task.keys, task.generations, delete_v=True)
+            self._abandon(task, delete_v=True)
             self._fail_store(task.task_id)
             return
-        stale: list[ObjectKey] = []
-        superseded = 0
-        for key, generation in zip(task.keys, task.generations):
-            if self._manifest.mark_complete(key, generation):
-                continue
-            superseded += 1
-            if self._orphaned(key):
-                stale.append(key)  # deleted or invalidated meanwhile: leave neither half behind
+        stale: list[tuple[ObjectKey, bytes]] = []
+        for key, generation, store in zip(task.keys, task.generations, task.stores):
+            if not self._manifest.mark_complete(key, generation):
+                # superseded (a newer store, a delete or a lost half): no entry will ever name
+                # this generation again, so neither of its halves can be part of a hit
+                stale.append((key, store))
+        superseded = len(stale)
         if stale:
-            self._kpool.remove(stale)
-            self._delete_v(stale)
+            self._kpool.remove_if(stale)
+        self._delete_v(stale + task.displaced)
         stored = result.bytes_transferred()
         self._acct.add(store_tasks_ok=1, keys_stored=len(task.keys),
                        logical_bytes_stored=task.logical_bytes, l1_k_bytes_stored=task.k_bytes,
@@ -407,11 +447,20 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
 
     # -- lookup ---------------------------------------------------------------------------------
 
-    def _lock_complete(self, keys: list[ObjectKey], wanted: list[int]) -> dict[ObjectKey, MemoryObj]:
-        """Read-lock the K halves of the ``COMPLETE`` keys at positions ``wanted``."""
-        candidates = [keys[i] for i in wanted
-                      if keys[i].object_group_id == 0 and self._manifest.is_complete(keys[i])]
-        return self._kpool.lock(candidates)
+    def _lock_complete(
+        self, keys: list[ObjectKey], wanted: list[int]
+    ) -> tuple[dict[ObjectKey, tuple[MemoryObj, bytes]], int]:
+        """Read-lock the K halves of the ``COMPLETE`` keys at positions ``wanted``, each only when
+        it is of the complete store's generation. Returns ``{key: (K half, store generation)}``
+        and the number of positions whose K half is of another generation."""
+        stores: dict[ObjectKey, bytes] = {}
+        for key in dict.fromkeys(keys[i] for i in wanted):
+            store = self._manifest.complete_store(key) if key.object_group_id == 0 else None
+            if store is not None:
+                stores[key] = store
+        candidates = [keys[i] for i in wanted if keys[i] in stores]
+        locked, mismatched = self._kpool.lock(candidates, [stores[k] for k in candidates])
+        return {k: (obj, stores[k]) for k, obj in locked.items()}, len(mismatched)
 
     def submit_lookup_and_lock_task(
         self,
@@ -421,9 +470,10 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         keys = list(keys)
         self._check_open()
         task_id = self._queues.new_task_id()
-        locked = self._lock_complete(keys, list(range(len(keys))))
+        locked, mismatched = self._lock_complete(keys, list(range(len(keys))))
         task = _Read(task_id, keys, [i for i, k in enumerate(keys) if k in locked])
-        self._acct.add(lookup_keys=len(keys))
+        task.stores = [locked[keys[i]][1] for i in task.positions]
+        self._acct.add(lookup_keys=len(keys), lookup_misses_generation=mismatched)
         if not task.positions:
             self._queues.lookup.complete(task_id, Bitmap(len(keys)))
             return task_id
@@ -431,7 +481,7 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         with self._lock:
             try:
                 inner_id = self._v.submit_lookup_and_lock_task(
-                    [_v(keys[i]) for i in task.positions])
+                    [_v(keys[i], g) for i, g in zip(task.positions, task.stores)])
             except Exception as exc:
                 _log.warning("split tier: inner lookup raised: %s: %s", type(exc).__name__, exc)
                 failed = True
@@ -454,15 +504,20 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
             final = Bitmap(len(task.keys))
             release_k: list[ObjectKey] = []
             release_v: list[ObjectKey] = []
+            held: list[tuple[ObjectKey, ObjectKey]] = []
             for j, i in enumerate(task.positions):
-                key = task.keys[i]
+                key, store = task.keys[i], task.stores[j]
                 v_hit = j < len(bitmap) and bitmap.test(j)
-                if v_hit and self._manifest.is_complete(key):
+                if v_hit and self._manifest.complete_store(key) == store:
                     final.set(i)
+                    held.append((key, _v(key, store)))
                     continue
                 release_k.append(key)
                 if v_hit:
-                    release_v.append(_v(key))
+                    release_v.append(_v(key, store))
+            with self._lock:
+                for key, v_key in held:
+                    self._v_locks.setdefault(key, []).append(v_key)
             self._kpool.unlock(release_k)
             if release_v:
                 self._v.submit_unlock(release_v)
@@ -473,8 +528,16 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         """Release the locks a lookup took on hit ``keys`` (both halves)."""
         keys = list(keys)
         self._kpool.unlock(keys)
-        if keys and not self._closed:
-            self._v.submit_unlock([_v(k) for k in keys])
+        v_keys: list[ObjectKey] = []
+        with self._lock:
+            for key in keys:
+                locks = self._v_locks.get(key)
+                if locks:
+                    v_keys.append(locks.pop())
+                    if not locks:
+                        del self._v_locks[key]
+        if v_keys and not self._closed:
+            self._v.submit_unlock(v_keys)
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -495,23 +558,25 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
                 _log.warning("split tier: load task %d: key %d is a miss: %s", task_id, i, exc)
         wanted = list(halves)
         not_complete = sum(1 for i in wanted if not self._manifest.is_complete(keys[i]))
-        locked = self._lock_complete(keys, wanted)
+        locked, mismatched = self._lock_complete(keys, wanted)
         task = _Read(task_id, keys, [])
         unusable: list[ObjectKey] = []
         for i in wanted:
-            k_obj = locked.get(keys[i])
-            if k_obj is None:
+            entry = locked.get(keys[i])
+            if entry is None:
                 continue
+            k_obj, store = entry
             if k_obj.get_layout() != halves[i].k_layout:  # same key, another layout: not ours
                 unusable.append(keys[i])
                 continue
             task.positions.append(i)
+            task.stores.append(store)
             task.halves.append(halves[i])
             task.k_objs.append(k_obj)
         self._kpool.unlock(unusable)
-        k_absent = len(wanted) - not_complete - len(task.positions)
+        k_absent = max(len(wanted) - not_complete - len(task.positions) - mismatched, 0)
         self._acct.add(load_keys=n, load_misses_not_complete=not_complete + (n - len(wanted)),
-                       load_misses_k_absent=k_absent)
+                       load_misses_k_absent=k_absent, load_misses_generation=mismatched)
         if not task.positions:
             self._queues.load.complete(task_id, Bitmap(n))
             return task_id
@@ -521,8 +586,9 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
                 failed = True
             else:
                 try:
-                    v_id = self._v.submit_load_task([_v(keys[i]) for i in task.positions],
-                                                    [h.v_view for h in task.halves])
+                    v_id = self._v.submit_load_task(
+                        [_v(keys[i], g) for i, g in zip(task.positions, task.stores)],
+                        [h.v_view for h in task.halves])
                 except Exception as exc:
                     _log.warning("split tier: V load not submitted: %s: %s", type(exc).__name__,
                                  exc)
@@ -568,10 +634,12 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         unique = list(dict.fromkeys(keys))
         if not unique:
             return
-        generations = [self._manifest.begin_delete(k) for k in unique]
+        begun = [self._manifest.begin_delete_store(k) for k in unique]
+        generations = [g for g, _ in begun]
         try:
             self._kpool.remove(unique)
-            self._delete_v(unique)
+            # a store still in flight deletes its own V half when it finds itself superseded
+            self._delete_v([(k, s) for k, (_, s) in zip(unique, begun) if s is not None])
         finally:
             for key, generation in zip(unique, generations):
                 self._manifest.forget(key, generation)
@@ -581,23 +649,26 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         """K halves left L1 (eviction, pool bound, our own removal): their keys become misses."""
         if self._closed:
             return
-        lost = [(k, g) for k in keys
-                if (g := self._manifest.mark_invalidated(
+        lost = [(k, r) for k in keys
+                if (r := self._manifest.invalidate(
                     k, only_from=(SplitTierState.COMPLETE, SplitTierState.STORE_IN_FLIGHT)))
                 is not None]
         if not lost:
             return
         self._acct.add(k_evictions=len(lost))
-        self._delete_v([k for k, _ in lost])
-        for key, generation in lost:
+        self._delete_v([(k, store) for k, (_, store) in lost if store is not None])
+        for key, (generation, _) in lost:
             self._manifest.forget(key, generation)
 
     def _on_v_removed(self, v_keys: list[ObjectKey]) -> None:
         """V children left L2 (deleted or evicted there): their keys lose their K half too."""
         if self._closed:
             return
-        logical = [p[0] for p in map(parse_component_key, v_keys) if p is not None and p[1] == "v"]
-        lost = [(k, g) for k in logical
+        removed = [p for p in map(parse_v_child_key, v_keys) if p is not None]
+        # only the V half of the key's current store makes its K half useless; the V halves of
+        # displaced stores are deleted by design (and are no news for the listeners)
+        current = [k for k, store in removed if self._manifest.live_store(k) == store]
+        lost = [(k, g) for k in dict.fromkeys(current)
                 if (g := self._manifest.mark_invalidated(
                     k, only_from=(SplitTierState.COMPLETE,))) is not None]
         if lost:
@@ -605,8 +676,10 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
             self._kpool.remove([k for k, _ in lost])
             for key, generation in lost:
                 self._manifest.forget(key, generation)
-        if logical:
-            self._call_listeners("on_l2_keys_deleted", logical)
+        gone = [k for k, store in removed
+                if k in current or self._manifest.live_store(k) is None]
+        if gone:
+            self._call_listeners("on_l2_keys_deleted", list(dict.fromkeys(gone)))
 
     # -- pass-through with key mapping ----------------------------------------------------------
 
@@ -627,12 +700,16 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
         return self._v.reports_object_sizes()
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        """Stored bytes of each key's V child in L2 (keys without one are absent)."""
-        sizes = self._v.get_object_sizes([_v(k) for k in keys])
-        return {k: sizes[_v(k)] for k in keys if _v(k) in sizes}
+        """Stored bytes of each key's V child in L2 (of the key's store in flight or complete;
+        keys without one are absent)."""
+        children = {k: v for k in keys if (v := self.v_child_key(k)) is not None}
+        sizes = self._v.get_object_sizes(list(children.values())) if children else {}
+        return {k: sizes[v] for k, v in children.items() if v in sizes}
 
     def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
-        self._v.touch_keys([_v(k) for k in keys])
+        children = [v for k in keys if (v := self.v_child_key(k)) is not None]
+        if children:
+            self._v.touch_keys(children)
 
     def get_usage(self) -> AdapterUsage:
         """Usage of the inner adapter (L2 bytes; the K halves are in :meth:`accounting`)."""
@@ -674,6 +751,7 @@ class SplitTierL2Adapter(QueuedResults, L2AdapterInterface):
             self._stores.clear()
             self._lookups.clear()
             self._loads.clear()
+            self._v_locks.clear()
         for read in reads:
             self._kpool.unlock([read.keys[i] for i in read.positions])
         self._kpool.close()
@@ -718,6 +796,7 @@ def create_split_tier_adapter(
     repair: bool = True,
     k_child_max_slots: int = DEFAULT_K_CHILD_MAX_SLOTS,
     manifest: SplitTierManifest | None = None,
+    generation_source: Callable[[], bytes] | None = None,
 ) -> SplitTierL2Adapter:
     """A :class:`SplitTierL2Adapter` storing V through ``processor`` into ``inner``.
 
@@ -726,6 +805,9 @@ def create_split_tier_adapter(
     ``l1_manager``, and ``k_child_max_slots``. The V side is a :class:`SerdeL2AdapterWrapper`
     (framed unless ``frame`` is false) over a :class:`~lmserde.l2.split.v_slot.VHalfProcessor`;
     an upper-bound serde on an adapter that cannot report stored sizes is refused there.
+    ``generation_source`` makes the store generations (default: a
+    :class:`~lmserde.l2.split.generation.GenerationSource` with a random host id); each call
+    must return 16 bytes never returned before by any source sharing the L2 tier.
     """
     slots = split_slots(processor, serde_type)
     if not isinstance(k_child_max_slots, int) or isinstance(k_child_max_slots, bool) \
@@ -740,7 +822,8 @@ def create_split_tier_adapter(
                                     frame=frame, repair=repair)
     try:
         return SplitTierL2Adapter(wrapper, l1_manager, slots, manifest=manifest,
-                                  k_child_max_slots=k_child_max_slots)
+                                  k_child_max_slots=k_child_max_slots,
+                                  generation_source=generation_source)
     except BaseException:
         wrapper.close()  # closes inner and the serde: ownership passed to the wrapper
         raise

@@ -10,6 +10,14 @@ The pool holds at most ``max_slots`` K halves; storing one more evicts the least
 halves that no lookup or load holds. Halves held by a lookup lock or a load (read locks taken
 through :meth:`KChildPool.lock`) cannot be evicted; :meth:`KChildPool.remove` of a held half
 deletes it when the last holder lets go.
+
+Each half records the store generation of the store that wrote it
+(:mod:`lmserde.l2.split.generation`). Writing a half and recording its generation happen under
+the pool's lock, the same lock :meth:`KChildPool.lock` checks the generation under, so a half
+locked as generation ``g`` holds the bytes ``g``'s store wrote, and L1 keeps them unchanged while
+it is locked (L1 refuses to replace a read-locked object). A store whose half is held by a reader
+is refused (it cannot replace the held bytes, and keeping them under the new generation would
+mix stores).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ DEFAULT_K_CHILD_MAX_SLOTS = 256
 class _Child:
     key: ObjectKey  # the K child key in L1
     nbytes: int
+    generation: bytes | None  # the store generation of the bytes in L1
 
 
 class KChildPool:
@@ -97,13 +106,17 @@ class KChildPool:
 
     def put(
         self, keys: Sequence[ObjectKey], sources: Sequence[torch.Tensor],
-        layouts: Sequence[MemoryLayoutDesc],
+        layouts: Sequence[MemoryLayoutDesc], generations: Sequence[bytes],
     ) -> str | None:
-        """Copy each ``sources[i]`` (uint8 bytes of a K group) into L1 under ``keys[i]``'s K child.
+        """Copy each ``sources[i]`` (uint8 bytes of a K group) into L1 under ``keys[i]``'s K child,
+        as store generation ``generations[i]``.
 
         All or nothing: returns ``None`` on success, else why not (what was written is removed).
-        A K half that exists and is held by a lookup or load is kept as is (same key, same bytes).
+        A K half that exists and is held by a lookup or load cannot be replaced: the put fails
+        (the held half stays, under its own generation).
         """
+        if not len(keys) == len(sources) == len(layouts) == len(generations):
+            raise ValueError("put needs one source, layout and generation per key")
         if len(set(keys)) > self._max:
             return f"{len(set(keys))} K halves in one task exceed k_child_max_slots={self._max}"
         self._make_room(keys)
@@ -114,28 +127,53 @@ class KChildPool:
                     "half/halves are held by lookups or loads")
         written: list[ObjectKey] = []
         failure: str | None = None
-        for logical, src, layout in zip(keys, sources, layouts):
-            child = derive_component_key(logical, "k")
-            result = self._l1.reserve_write([child], False, layout, tag=SPLIT_TIER_K_TAG,
-                                            mode="all")
-            error, obj = result[child]
-            if error is L1Error.SUCCESS and obj is not None:
-                obj.raw_data[: src.numel()].copy_(src)
-                self._l1.finish_write([child], tag=SPLIT_TIER_K_TAG)
-                written.append(logical)
-            elif error is L1Error.KEY_NOT_WRITABLE and self._held(logical):
-                pass  # the current K half is held by a reader: it already is these bytes
-            else:
-                failure = (f"L1 refused the K half ({getattr(error, 'name', error)}; "
-                           f"{layout.nbytes} bytes)")
+        for logical, src, layout, generation in zip(keys, sources, layouts, generations):
+            failure = self._put_one(logical, src, layout, generation)
+            if failure is not None:
                 break
-            with self._lock:
-                self._children[logical] = _Child(child, layout.nbytes)
-                self._children.move_to_end(logical)
-                self._by_child[child] = logical
+            written.append(logical)
         if failure is not None:
             self.remove(written)
         return failure
+
+    def _put_one(self, logical: ObjectKey, src: torch.Tensor, layout: MemoryLayoutDesc,
+                 generation: bytes) -> str | None:
+        child = derive_component_key(logical, "k")
+        # under the pool lock: no lock() sees the new bytes under the old generation or the
+        # old bytes under the new one (reserve_write and finish_write call no listeners)
+        with self._lock:
+            result = self._l1.reserve_write([child], False, layout, tag=SPLIT_TIER_K_TAG,
+                                            mode="all")
+            error, obj = result[child]
+            if error is not L1Error.SUCCESS or obj is None:
+                if error is L1Error.KEY_NOT_WRITABLE and self._holds.get(logical):
+                    return ("the key's K half is being read by a lookup or load; a re-store "
+                            "replaces both halves or neither, so it is refused")
+                return (f"L1 refused the K half ({getattr(error, 'name', error)}; "
+                        f"{layout.nbytes} bytes)")
+            try:
+                obj.raw_data[: src.numel()].copy_(src)
+            except BaseException:
+                self._l1.finish_write_and_delete([child], tag=SPLIT_TIER_K_TAG)
+                self._forget_child(child)
+                raise
+            self._l1.finish_write([child], tag=SPLIT_TIER_K_TAG)
+            self._children[logical] = _Child(child, layout.nbytes, generation)
+            self._children.move_to_end(logical)
+            self._by_child[child] = logical
+        return None
+
+    def _forget_child(self, child: ObjectKey) -> None:
+        """Drop the tables' entry of a K child that left L1 without a delete (a failed write)."""
+        logical = self._by_child.pop(child, None)
+        if logical is not None:
+            self._children.pop(logical, None)
+
+    def generation(self, logical: ObjectKey) -> bytes | None:
+        """The store generation of ``logical``'s K half in L1 (``None``: no half)."""
+        with self._lock:
+            child = self._children.get(logical)
+            return None if child is None else child.generation
 
     def _make_room(self, keys: Sequence[ObjectKey]) -> None:
         """Evict least recently used, unheld K halves until ``keys`` fit in ``max_slots``."""
@@ -151,20 +189,27 @@ class KChildPool:
 
     # -- read -----------------------------------------------------------------------------------
 
-    def _held(self, logical: ObjectKey) -> bool:
-        with self._lock:
-            return self._holds.get(logical, 0) > 0
+    def lock(
+        self, keys: Sequence[ObjectKey], generations: Sequence[bytes | None] | None = None
+    ) -> tuple[dict[ObjectKey, MemoryObj], list[ObjectKey]]:
+        """Take a read lock per key occurrence on its K half; returns ``(locked, mismatched)``.
 
-    def lock(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, MemoryObj]:
-        """Take a read lock per key occurrence on its K half; returns the halves in L1 (locked).
-
-        A key whose half is absent (or cannot be locked) is missing from the result and holds no lock.
+        ``locked``: the halves in L1, locked. With ``generations`` (one per key), a half is locked
+        only when its store generation is ``generations[i]``; the occurrences whose half exists
+        under another generation are listed in ``mismatched``. A key whose half is absent,
+        mismatched or cannot be locked is missing from ``locked`` and holds no lock.
         """
+        if generations is not None and len(generations) != len(keys):
+            raise ValueError("lock needs one generation per key")
         locked: dict[ObjectKey, MemoryObj] = {}
-        for logical in keys:  # one lock per occurrence
+        mismatched: list[ObjectKey] = []
+        for i, logical in enumerate(keys):  # one lock per occurrence
             with self._lock:
                 child = self._children.get(logical)
                 if child is None or self._closed:
+                    continue
+                if generations is not None and child.generation != generations[i]:
+                    mismatched.append(logical)
                     continue
                 result = self._l1.reserve_read([child.key], tag=SPLIT_TIER_K_TAG)
                 error, obj = result[child.key]
@@ -173,7 +218,7 @@ class KChildPool:
                 self._holds[logical] = self._holds.get(logical, 0) + 1
                 self._children.move_to_end(logical)
                 locked[logical] = obj
-        return locked
+        return locked, mismatched
 
     def unlock(self, keys: Sequence[ObjectKey]) -> None:
         """Drop one read lock per key taken by :meth:`lock` (keys not held are ignored)."""
@@ -215,6 +260,13 @@ class KChildPool:
                 else:
                     now.append(logical)
         self._delete_children(now)
+
+    def remove_if(self, pairs: Sequence[tuple[ObjectKey, bytes]]) -> None:
+        """:meth:`remove` of each ``(key, generation)`` whose K half is of that store generation."""
+        with self._lock:
+            keys = [k for k, g in pairs if k in self._children and self._children[k].generation == g]
+        if keys:
+            self.remove(keys)
 
     def _delete_children(self, logical_keys: list[ObjectKey]) -> None:
         with self._lock:

@@ -7,7 +7,9 @@ serialized to L2 under another; :class:`~lmserde.l2.split.adapter.SplitTierL2Ada
 
 The child keys of a logical key (:func:`derive_component_key`) keep its model name, rank, object
 group and cache salt (so both halves are billed to the same tenant) and append a fixed marker to
-its chunk hash, so :func:`parse_component_key` maps a child back to its logical key.
+its chunk hash, so :func:`parse_component_key` maps a child back to its logical key. The split
+tier stores each V half under a key that also names its store's generation
+(:mod:`lmserde.l2.split.generation`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
 from lmserde.keys import ObjectKey
+from lmserde.l2.split.generation import parse_v_child_key
 
 __all__ = [
     "StoragePlacementMode",
@@ -181,7 +184,14 @@ def derive_component_key(logical: ObjectKey, component: str) -> ObjectKey:
 
 
 def parse_component_key(key: ObjectKey) -> tuple[ObjectKey, str] | None:
-    """``(logical key, component)`` of a child key, or ``None`` for any other key."""
+    """``(logical key, component)`` of a child key, or ``None`` for any other key.
+
+    V child keys that carry a store generation
+    (:func:`~lmserde.l2.split.generation.derive_v_child_key`) are ``"v"`` children too.
+    """
+    generational = parse_v_child_key(key)
+    if generational is not None:
+        return generational[0], "v"
     for component, marker in _COMPONENT_MARKERS.items():
         if key.chunk_hash.endswith(marker):
             logical = ObjectKey(key.chunk_hash[: -len(marker)], key.model_name, key.kv_rank,
