@@ -46,7 +46,7 @@ def test_cli_writes_the_package_and_refuses_an_occupied_directory(
     assert f"lmserde{core_dependency_range()}" in project["dependencies"]
     assert "pytest>=7" in project["optional-dependencies"]["test"]
     for rel in ("README.md", "src/lmserde_crcdemo/serde.py", "src/lmserde_crcdemo/py.typed",
-                "tests/test_crcdemo.py"):
+                "tests/test_crcdemo.py", "tests/write_golden.py", "tests/test_golden.py"):
         assert (target / rel).is_file(), rel
     assert main(["new-plugin", "crcdemo", "--directory", str(target)]) == 2
     assert "not an empty directory" in capsys.readouterr().err
@@ -70,3 +70,27 @@ def test_generated_plugin_installs_and_passes_its_conformance_tests(tmp_path: Pa
                             text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "failed" not in result.stdout
+    assert "1 skipped" in result.stdout  # the golden test, until the objects are written
+
+    def golden_test() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-rs", str(source / "tests" / "test_golden.py")], cwd=source,
+                              env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    # the README's step: write the golden objects once; then the check runs and passes
+    written = subprocess.run([sys.executable, str(source / "tests" / "write_golden.py")],
+                             cwd=source, env=env, capture_output=True, text=True, timeout=300,
+                             check=False)
+    assert written.returncode == 0, written.stdout + written.stderr
+    assert "3 new golden case(s)" in written.stdout
+    objects = sorted((source / "tests" / "golden").glob("*.object"))
+    assert [p.name for p in objects] == ["crcdemo-bf16-unframed.object", "crcdemo-bf16.object",
+                                         "crcdemo-fp16.object"]
+    passed = golden_test()
+    assert passed.returncode == 0 and "1 passed" in passed.stdout, passed.stdout + passed.stderr
+    # a golden object that no longer matches fails the plugin's own tests
+    data = bytearray(objects[1].read_bytes())
+    data[-1] ^= 0x01
+    objects[1].write_bytes(bytes(data))
+    failed = golden_test()
+    assert failed.returncode == 1 and "crcdemo-bf16: object" in failed.stdout, failed.stdout

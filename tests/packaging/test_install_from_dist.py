@@ -127,3 +127,10 @@ def test_generated_plugin_installs_and_passes_its_own_tests(user_venv: UserVenv,
                           str(plugin / "tests"), cwd=plugin)
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert " passed" in tests.stdout and "failed" not in tests.stdout
+    # its README's release step: write the golden objects once, then its golden test checks them
+    written = user_venv.run(user_venv.python, str(plugin / "tests" / "write_golden.py"), cwd=plugin)
+    assert written.returncode == 0 and "3 new golden case(s)" in written.stdout, \
+        written.stdout + written.stderr
+    golden = user_venv.run(user_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(plugin / "tests" / "test_golden.py"), cwd=plugin)
+    assert golden.returncode == 0 and "1 passed" in golden.stdout, golden.stdout + golden.stderr

@@ -2,9 +2,11 @@
 
 :func:`create_plugin` writes a ready-to-install distribution ``lmserde-NAME``: a ``pyproject.toml``
 declaring the ``lmcache.serde`` entry point and the range of cores it is built for, a serde module
-with declared options, a test module running the public conformance kit, and a README. The serde it
-starts with is complete and lossless (a byte copy followed by a CRC-32 trailer that loads verify),
-so the generated package installs and passes its tests before its author changes a line.
+with declared options, a test module running the public conformance kit, a golden-object test
+(:func:`lmserde.testing.check_golden_objects` on ``tests/golden/``, written once with
+``python tests/write_golden.py``; skipped until then) and a README. The serde it starts with is
+complete and lossless (a byte copy followed by a CRC-32 trailer that loads verify), so the
+generated package installs and passes its tests before its author changes a line.
 """
 
 from __future__ import annotations
@@ -246,6 +248,62 @@ def test_a_flipped_byte_fails_the_load() -> None:
         proc.close()
 '''
 
+_WRITE_GOLDEN = '''\
+"""The golden objects of the ``$name`` serde: stored once, read back by every later release.
+
+Run ``python tests/write_golden.py`` once, when this format is first released, and commit
+``tests/golden/``; ``tests/test_golden.py`` then loads every object in each test run and requires
+the bytes it decoded then. The script adds the cases that are missing and never replaces a file.
+To change the format on purpose, give the spec a new ``format_version``, keep reading the old
+bytes, and add cases here under new names: never edit or regenerate a case (your users' stored
+objects were written by the old code; the golden objects stand for them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from lmserde import MemoryLayoutDesc
+from lmserde.testing import GoldenCase, write_golden_objects
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+
+#: A small Llama-like KV chunk: [K/V, layers, tokens, kv_heads * head_dim] (2 x 2 x 16 x 2*128).
+KV_BF16 = MemoryLayoutDesc([[2, 2, 16, 256]], [torch.bfloat16])
+KV_FP16 = MemoryLayoutDesc([[2, 2, 16, 256]], [torch.float16])
+
+#: One case per option value that changes the bytes written, and per dtype the serde reads. Pin
+#: every such option in the config, so that a later change of a default does not change a case.
+CASES = [
+    GoldenCase("$name-bf16", {"type": "$name", "verify": True}, KV_BF16, seed=1),
+    GoldenCase("$name-fp16", {"type": "$name", "verify": True}, KV_FP16, seed=2),
+    GoldenCase("$name-bf16-unframed", {"type": "$name", "verify": True}, KV_BF16, seed=1,
+               frame=False, description="the serde's bytes alone (serde_frame: false)"),
+]
+
+if __name__ == "__main__":
+    written = write_golden_objects(GOLDEN_DIR, CASES)
+    print(f"{len(written)} new golden case(s) in {GOLDEN_DIR}: {', '.join(written) or '-'}")
+'''
+
+_TEST_GOLDEN = '''\
+"""Format stability: the golden objects in tests/golden/ still load bit-exactly with this code."""
+
+from __future__ import annotations
+
+import pytest
+from lmserde.testing import check_golden_objects
+from write_golden import CASES, GOLDEN_DIR
+
+
+def test_golden_objects_load_bit_exactly() -> None:
+    if not GOLDEN_DIR.is_dir():
+        pytest.skip("no golden objects yet: run `python tests/write_golden.py` once, when the "
+                    "format is first released, and commit tests/golden/")
+    check_golden_objects(GOLDEN_DIR, CASES)
+'''
+
 _README = '''\
 # $distribution
 
@@ -276,6 +334,23 @@ pytest                       # runs lmserde's conformance kit on the installed e
 
 The entry point (`[project.entry-points."lmcache.serde"]` in `pyproject.toml`) names the config
 type; the dependency range on `lmserde` names the cores this plugin is built for.
+
+## Golden objects: what users stored stays readable
+
+Your users' L2 tiers hold objects your released code wrote; a refactor that changes one byte of
+the format turns all of them into misses. Pin it once, when the format is first released:
+
+```
+python tests/write_golden.py      # stores each case of CASES through lmserde's real data path
+git add tests/golden              # the objects, their decoded references, a manifest per case
+```
+
+From then on `tests/test_golden.py` (skipped until `tests/golden/` exists) loads every object with
+the code under test and requires the decoded bytes bit-exactly, and the manifests' SHA-256s catch a
+regenerated file. Never regenerate or edit a case to make it pass: to change the format on
+purpose, bump the spec's `format_version`, keep reading the old bytes, and add new cases (new
+names) to `tests/write_golden.py`; the script adds only missing cases and never replaces a file.
+See lmserde's docs/compatibility.md.
 '''
 
 _FILES: dict[str, str] = {
@@ -285,4 +360,6 @@ _FILES: dict[str, str] = {
     "src/$package/py.typed": "",
     "src/$package/serde.py": _SERDE,
     "tests/test_$name.py": _TESTS,
+    "tests/write_golden.py": _WRITE_GOLDEN,
+    "tests/test_golden.py": _TEST_GOLDEN,
 }
