@@ -279,8 +279,10 @@ def test_an_inner_submit_that_raises_fails_the_store_and_returns_the_temporaries
 
 def test_a_key_already_stored_waits_for_its_unfinished_checksum(
         tmp_path: Path, monkeypatch: Any) -> None:
-    """``fs`` skips a key whose file exists without finishing its head; the wrapper waits for
-    the checksum threads before the temporary goes back to L1, and the first object stays."""
+    """An ``fs`` adapter that skips existing keys (not switched to replacing stores) skips a
+    key whose file exists without finishing its head; the wrapper waits for the checksum
+    threads before the temporary goes back to L1, and the first object stays."""
+    monkeypatch.setattr(FSL2Adapter, "replace_existing_on_store", lambda self: False)
     l1 = L1Manager(1 << 27)
     wrapper = _wrapper(tmp_path, l1)
     try:

@@ -40,6 +40,7 @@ from lmserde.l2.build import create_l2_adapter
 from lmserde.l2.contract.interface import L2AdapterInterface
 from lmserde.l2.contract.sync_driver import load_sync, store_sync
 from lmserde.l2.split.adapter import SplitTierL2Adapter
+from lmserde.l2.split.generation import parse_v_child_key
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
 from lmserde.registry import list_serdes
@@ -109,12 +110,21 @@ def _tier(base: Path, serde: Any, frame: bool) -> Iterator[L2AdapterInterface]:
         adapter.close()
 
 
-def _stored_side(adapter: L2AdapterInterface, key: ObjectKey,
-                 layout: MemoryLayoutDesc) -> tuple[L2AdapterInterface, ObjectKey, MemoryLayoutDesc]:
-    """The adapter that reads the stored object, its key and the layout it decodes into."""
+def _stored_side(adapter: L2AdapterInterface, key: ObjectKey, layout: MemoryLayoutDesc,
+                 v_key: ObjectKey | None = None,
+                 ) -> tuple[L2AdapterInterface, ObjectKey, MemoryLayoutDesc]:
+    """The adapter that reads the stored object, its key and the layout it decodes into.
+
+    A split tier's V object is stored under a key of the store's generation (random per store):
+    ``v_key`` is that key, recorded when the object was written (default: the key's live store
+    on ``adapter``). Today's code must still parse it as the V half of ``key``."""
     if isinstance(adapter, SplitTierL2Adapter):
         v = adapter.slots.v_group
-        return (adapter.v_adapter, adapter.v_child_key(key),
+        stored = v_key if v_key is not None else adapter.v_child_key(key)
+        parsed = parse_v_child_key(stored) if stored is not None else None
+        if stored is None or parsed is None or parsed[0] != key:
+            raise GoldenObjectError(f"{stored} is not a V key of {key} for today's split tier")
+        return (adapter.v_adapter, stored,
                 MemoryLayoutDesc([layout.shapes[v]], [layout.dtypes[v]]))
     return adapter, key, layout
 
@@ -128,7 +138,7 @@ def _metrics(adapter: L2AdapterInterface) -> dict[str, Any]:
 
 
 def _load(definition: Mapping[str, Any], object_bytes: bytes, key_files: Mapping[str, bytes],
-          *, written_name: str | None = None) -> _Loaded:
+          *, written_name: str | None = None, v_key: ObjectKey | None = None) -> _Loaded:
     """Load ``object_bytes`` as the case ``definition`` with today's code, from a fresh tier,
     into a zero-filled destination (the reference is that destination's bytes after the load).
 
@@ -143,7 +153,7 @@ def _load(definition: Mapping[str, Any], object_bytes: bytes, key_files: Mapping
         base.mkdir()
         serde = substitute_key_dir(definition["serde"], keys)
         with _tier(base, serde, bool(definition["frame"])) as adapter:
-            reader, stored_key, out_layout = _stored_side(adapter, key, layout)
+            reader, stored_key, out_layout = _stored_side(adapter, key, layout, v_key)
             name = key_file_name(stored_key)
             (base / (written_name or name)).write_bytes(object_bytes)
             dst = TensorMemoryObj.allocate(out_layout, zero=True, fmt=MemoryFormat.KV_TENSOR)
@@ -160,13 +170,13 @@ def _store(case: GoldenCase) -> tuple[bytes, str, ObjectKey, bool]:
         base.mkdir()
         serde = substitute_key_dir(case.serde, keys)
         with _tier(base, serde, case.frame) as adapter:
-            _, stored_key, _ = _stored_side(adapter, case.key, case.layout)
             split = isinstance(adapter, SplitTierL2Adapter)
             source = random_object(case.layout, case.seed)
             result = store_sync(adapter, [case.key], [source], timeout=GOLDEN_TIMEOUT_SECONDS)
             if not result.is_successful():
                 raise GoldenObjectError(f"golden case {case.name!r}: the store failed "
                                         f"({_metrics(adapter).get('failures') or 'no detail'})")
+            _, stored_key, _ = _stored_side(adapter, case.key, case.layout)
         files = sorted(p.name for p in base.iterdir() if p.is_file())
         name = key_file_name(stored_key)
         if files != [name]:
@@ -252,7 +262,7 @@ def write_golden_objects(directory: str | os.PathLike[str], cases: Iterable[Gold
 def _write_case(root: Path, case: GoldenCase) -> str:
     data, file_name, stored_key, split = _store(case)
     definition = case.definition()
-    loaded = _load(definition, data, case.key_files)
+    loaded = _load(definition, data, case.key_files, v_key=stored_key if split else None)
     if not loaded.hit:
         raise GoldenObjectError(f"golden case {case.name!r}: its object, just written, does not "
                                 f"load through a fresh tier: {_miss_reason(loaded.metrics)}")
@@ -335,7 +345,13 @@ def _check_one(root: Path, manifest: Mapping[str, Any]) -> list[str]:
             key_files[name] = content
     if problems or data is None or reference is None:
         return problems
-    loaded = _load(manifest["case"], data, key_files, written_name=manifest["fs_file_name"])
+    v_key = (key_from_json(manifest["stored_key"])
+             if manifest.get("placement") == "split_tier_v" else None)
+    try:
+        loaded = _load(manifest["case"], data, key_files, written_name=manifest["fs_file_name"],
+                       v_key=v_key)
+    except GoldenObjectError as exc:
+        return [*problems, str(exc)]
     if key_to_json(loaded.stored_key) != manifest["stored_key"]:
         problems.append(f"today's code stores this key under {key_to_json(loaded.stored_key)}, "
                         f"the object was written under {manifest['stored_key']}")

@@ -11,9 +11,10 @@ frame is fine, its payload bytes were not checked. Nothing is deleted unless ``d
 An object larger than ``max_object_bytes`` is not read (a buffer of its size is never
 allocated): it is reported as ``length`` damage, as no KV chunk is that large.
 
-Damage is what the reader can prove is bad: ``format``, ``length``, ``checksum``, ``decode``,
-``layout``. An object written under another serde configuration, for another key or with key
-material this reader does not hold (``config``, ``key``, ``foreign``) is *not mine*, not damage:
+Damage is what the reader can prove is bad (the frame's ``DAMAGE_REASONS``: ``format``,
+``length``, ``checksum``, ``decode``). An object written under another serde configuration, for
+another key or layout, by another frame version or with key material this reader does not hold
+(``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``) is *not mine*, not damage:
 another fleet may read it. It is reported apart (``report.foreign``), never counts as damage and
 is deleted only with ``delete_foreign``.
 
@@ -38,7 +39,9 @@ from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.sync_driver import load_sync
 from lmserde.l2.serde.stored_frame import (
     FRAME_HEADER_BYTES,
+    NOT_MINE_REASONS,
     FrameRejected,
+    key_fingerprint,
     parse_header,
     tensor_bytes,
 )
@@ -65,7 +68,7 @@ Verdict = str
 #: Verdicts that are not damage.
 _NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified"})
 #: Verdicts of objects that are someone else's ("not mine"): not damage, kept unless asked.
-NOT_MINE = frozenset({"config", "key", "foreign"})
+NOT_MINE = NOT_MINE_REASONS
 
 
 def _key_dict(key: ObjectKey) -> dict[str, Any]:
@@ -168,14 +171,18 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
         return "missing", None
     try:
         header = parse_header(tensor_bytes(buf.raw_data[:min(size, FRAME_HEADER_BYTES)]))
+        if header.config_fingerprint != framer.config_id:  # before anything this config judges
+            return "config", None
+        if header.key_fingerprint != key_fingerprint(key):
+            return "key", None
         layout = header.layout()
         bound = wrapper.payload_bound(layout) if layout is not None else size
         framer.open(buf, key, layout, bound)
     except FrameRejected as exc:
         return exc.reason, None
-    except ValueError as exc:  # the recorded layout is not one this serde accepts
+    except ValueError as exc:  # this very config recorded a layout it cannot have written
         _log.info("scrub: %s: %s", key.chunk_hash.hex(), exc)
-        return "layout", None
+        return "format", None
     if layout is None:
         return "undecoded", None
     # no payload checksum: the serde authenticates the payload, which only a decode checks
