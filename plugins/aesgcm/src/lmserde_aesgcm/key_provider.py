@@ -41,8 +41,9 @@ class KeyProvider(ABC):
         The serde fingerprints them into the ``key_id`` of a version-1 config's identity, so that
         a host with other keys sees another config instead of trying to decrypt. With ``None``
         the config carries no key id, and a version-1 frame that fails authentication cannot be
-        proven damaged (``UnattributedAuthenticationError``, kept). Called once, when the serde
-        is built, and only for ``frame_version: 1``.
+        proven damaged (``UnattributedAuthenticationError``, kept). Called when the serde is
+        built (the pairs' root secrets are fetched only for ``frame_version: 1``); must not
+        block on the network.
         """
         return None
 
