@@ -1,4 +1,4 @@
-"""Two fleets with different keys on one ``fs`` tier (issue 27, item 1): "not mine" is a miss.
+"""Two fleets with different keys on one tier (issue 27, item 1): "not mine" is a miss.
 
 Host A and host B share a tier; B holds another master key, or a keyring whose versions differ
 from A's (a rotation one fleet has not caught up with). Through ``create_l2_adapter`` and the
@@ -10,9 +10,11 @@ under the key that wrote the object) is deleted.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,86 @@ from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, loa
 SHAPE = [2, 4, 16, 64]
 LAYOUT = MemoryLayoutDesc([SHAPE], [torch.bfloat16])
 ROUNDS = 4
+_names = itertools.count()
+
+
+@dataclass
+class Tier:
+    """One shared L2 tier: ``make(serde)`` opens a host's adapter on it; ``read(adapter, key)``
+    is the stored object's bytes, read past lmserde (``None`` when it is gone)."""
+
+    make: Callable[[dict[str, Any]], Any]
+    read: Callable[[Any, ObjectKey], bytes | None]
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    local_server = pytest.importorskip("lmserde_redis.local_server")
+    server = local_server.LocalRedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[Any]:
+    local_server = pytest.importorskip("lmserde_s3.local_server")
+    server = local_server.LocalS3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["fs", "redis", "s3"])
+def shared_tier(request: pytest.FixtureRequest, tmp_path: Path, l1: L1Manager,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[Tier]:
+    adapters: list[Any] = []
+    backend = request.param
+    if backend == "fs":
+        base = tmp_path / "shared-tier"
+        spec: dict[str, Any] = {"type": "fs", "base_path": str(base)}
+
+        def read(adapter: Any, key: ObjectKey) -> bytes | None:
+            path = base / key_file_name(key)
+            return path.read_bytes() if path.exists() else None
+    elif backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        spec = {"type": "redis", "url": server.url, "namespace": f"aesgcm{next(_names)}"}
+
+        def read(adapter: Any, key: ObjectKey) -> bytes | None:
+            with server.client() as client:
+                value = client.get(adapter.inner_adapter.redis_key(key))
+            return None if value is None else bytes(value)
+    else:
+        from lmserde_s3.local_server import TEST_CREDENTIALS
+
+        for name, value in TEST_CREDENTIALS.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        server = request.getfixturevalue("s3_server")
+        bucket = f"aesgcm-tier-{next(_names)}"
+        server.create_bucket(bucket)
+        spec = {"type": "s3", "bucket": bucket, "endpoint_url": server.endpoint_url}
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client("s3", endpoint_url=server.endpoint_url,
+                              config=Config(s3={"addressing_style": "path"}))
+
+        def read(adapter: Any, key: ObjectKey) -> bytes | None:
+            location, name = adapter.inner_adapter.location_of(key)
+            try:
+                return bytes(client.get_object(Bucket=location.bucket, Key=name)["Body"].read())
+            except client.exceptions.NoSuchKey:
+                return None
+
+    def make(serde: dict[str, Any]) -> Any:
+        adapter = create_l2_adapter({**spec, "serde": serde}, l1)
+        adapters.append(adapter)
+        return adapter
+
+    yield Tier(make, read)
+    for adapter in adapters:
+        adapter.close()
 
 
 @pytest.fixture
@@ -79,26 +161,23 @@ def _load(adapter: Any, keys: list[ObjectKey]) -> tuple[list[bool], list[TensorM
     return [bitmap.test(i) for i in range(len(keys))], outs
 
 
-def _files(tier: Path, keys: list[ObjectKey]) -> list[bytes]:
-    return [(tier / key_file_name(k)).read_bytes() for k in keys]
-
-
 def _no_deletion(adapter: Any) -> None:
     metrics = adapter.metrics()
     assert metrics["repaired"] == 0, metrics
     assert "decode" not in metrics["rejections"], metrics["rejections"]
 
 
-def _interleave(a: Any, b: Any, tier: Path) -> None:
+def _interleave(a: Any, b: Any, tier: Tier) -> None:
     """Rounds of: A stores, B stores, each loads its own (hits) and the other's (misses), and
     every object ever stored is still there, byte for byte."""
-    stored: dict[ObjectKey, bytes] = {}
+    stored: dict[ObjectKey, bytes | None] = {}
     for round_ in range(ROUNDS):
         for host, adapter in (("a", a), ("b", b)):
             keys = _keys(host, round_)
             objs = _objects(100 * round_ + (0 if host == "a" else 50))
             assert store_sync(adapter, keys, objs).is_successful()
-            stored.update(zip(keys, _files(tier, keys)))
+            stored.update((k, tier.read(adapter, k)) for k in keys)
+            assert None not in stored.values()
             hits, outs = _load(adapter, keys)
             assert hits == [True, True]
             assert all(torch.equal(o.raw_data, s.raw_data) for o, s in zip(outs, objs))
@@ -106,7 +185,7 @@ def _interleave(a: Any, b: Any, tier: Path) -> None:
             hits, outs = _load(reader, _keys(writer, round_))
             assert hits == [False, False], f"round {round_}: another fleet's object was a hit"
             assert all(int(o.raw_data.count_nonzero()) == 0 for o in outs)
-        assert {k: (tier / key_file_name(k)).read_bytes() for k in stored} == stored
+        assert {k: tier.read(a, k) for k in stored} == stored, "an object was deleted or changed"
     for round_ in range(ROUNDS):  # everything each fleet wrote still hits for that fleet
         for host, adapter in (("a", a), ("b", b)):
             assert _load(adapter, _keys(host, round_))[0] == [True, True]
@@ -116,25 +195,25 @@ def _interleave(a: Any, b: Any, tier: Path) -> None:
 
 @pytest.mark.parametrize("frame_version", [3, 2])
 def test_fleets_with_other_master_keys_leave_each_others_objects(
-        tmp_path: Path, tier: Path, open_adapter: Any, frame_version: int) -> None:
-    a = open_adapter(_hkdf(tmp_path, "a.key", frame_version=frame_version))
-    b = open_adapter(_hkdf(tmp_path, "b.key", frame_version=frame_version))
-    _interleave(a, b, tier)
+        tmp_path: Path, shared_tier: Tier, frame_version: int) -> None:
+    a = shared_tier.make(_hkdf(tmp_path, "a.key", frame_version=frame_version))
+    b = shared_tier.make(_hkdf(tmp_path, "b.key", frame_version=frame_version))
+    _interleave(a, b, shared_tier)
 
 
 def test_fleets_at_different_key_versions_leave_each_others_objects(
-        tmp_path: Path, tier: Path, open_adapter: Any) -> None:
+        tmp_path: Path, shared_tier: Tier) -> None:
     """Blue/green rotation: A holds only version 1, B only version 2 (it retired 1)."""
-    a = open_adapter(_keyring(tmp_path, "a.json", 1, {1: os.urandom(32)}))
-    b = open_adapter(_keyring(tmp_path, "b.json", 2, {2: os.urandom(32)}))
-    _interleave(a, b, tier)
+    a = shared_tier.make(_keyring(tmp_path, "a.json", 1, {1: os.urandom(32)}))
+    b = shared_tier.make(_keyring(tmp_path, "b.json", 2, {2: os.urandom(32)}))
+    _interleave(a, b, shared_tier)
 
 
 def test_fleets_with_the_same_version_number_but_other_secrets(
-        tmp_path: Path, tier: Path, open_adapter: Any) -> None:
-    a = open_adapter(_keyring(tmp_path, "a.json", 1, {1: os.urandom(32)}))
-    b = open_adapter(_keyring(tmp_path, "b.json", 1, {1: os.urandom(32)}))
-    _interleave(a, b, tier)
+        tmp_path: Path, shared_tier: Tier) -> None:
+    a = shared_tier.make(_keyring(tmp_path, "a.json", 1, {1: os.urandom(32)}))
+    b = shared_tier.make(_keyring(tmp_path, "b.json", 1, {1: os.urandom(32)}))
+    _interleave(a, b, shared_tier)
 
 
 def test_a_fleet_holding_both_versions_reads_both(tmp_path: Path, tier: Path,
@@ -165,11 +244,11 @@ def test_damage_under_the_matching_key_is_still_deleted(tmp_path: Path, tier: Pa
     assert not path.exists()
 
 
-def test_v1_objects_of_another_master_key_are_left_in_place(tmp_path: Path, tier: Path,
-                                                            open_adapter: Any) -> None:
+def test_v1_objects_of_another_master_key_are_left_in_place(tmp_path: Path,
+                                                            shared_tier: Tier) -> None:
     """Frame version 1 names no key, so its config identity does (``key_id``): another master
     key is another config, refused before any decrypt. Keeping the object (instead of deleting
     it as a config mismatch) is the serde wrapper's part of issue 27: this test needs it."""
-    a = open_adapter(_hkdf(tmp_path, "a.key", frame_version=1))
-    b = open_adapter(_hkdf(tmp_path, "b.key", frame_version=1))
-    _interleave(a, b, tier)
+    a = shared_tier.make(_hkdf(tmp_path, "a.key", frame_version=1))
+    b = shared_tier.make(_hkdf(tmp_path, "b.key", frame_version=1))
+    _interleave(a, b, shared_tier)
