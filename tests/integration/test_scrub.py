@@ -299,7 +299,7 @@ def test_an_adapter_that_cannot_say_sizes_leaves_objects_unverified(
 
 def test_payloads_only_a_decode_checks_are_unchecked_without_decode(
         tmp_path: Path, l1: L1Manager, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
-    """aesgcm frame v2 authenticates its payload, so its frames carry no checksum: a scrub
+    """aesgcm frame v3 authenticates its payload, so its frames carry no checksum: a scrub
     without ``--decode`` must not call such an object ``ok`` (a flipped ciphertext byte passes
     every frame check); ``--decode`` authenticates it and finds the damage."""
     pytest.importorskip("lmserde_aesgcm")
@@ -308,7 +308,7 @@ def test_payloads_only_a_decode_checks_are_unchecked_without_decode(
     key_file.chmod(0o600)
     base = tmp_path / "tier"
     spec = {"type": "fs", "base_path": str(base),
-            "serde": {"type": "aesgcm", "master_key_path": str(key_file), "frame_version": 2}}
+            "serde": {"type": "aesgcm", "master_key_path": str(key_file), "frame_version": 3}}
     keys = [key_of(i, salt="tenant") for i in range(3)]
     wrapper = create_l2_adapter(spec, l1)
     try:

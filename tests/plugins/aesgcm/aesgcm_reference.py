@@ -96,3 +96,24 @@ def v2_frame(root_secret: bytes, key_len: int, key_version: int, iv: bytes, plai
     aad = v2_associated_data(header, chunk_hash, model_name, kv_rank, object_group_id, cache_salt)
     ct, tag = gcm_encrypt(tenant_key(root_secret, cache_salt, key_len), iv, plaintext, aad)
     return header + ct + tag
+
+
+def key_id(root_secret: bytes, tenant: str, version: int) -> bytes:
+    """The 8-byte key id: HMAC-SHA256 keyed by the root secret, over the label, the
+    length-prefixed tenant and the version."""
+    name = tenant.encode("utf-8")
+    msg = b"lmserde aesgcm key id v3" + struct.pack(">I", len(name)) + name + struct.pack(
+        ">I", version)
+    return hmac.new(root_secret, msg, hashlib.sha256).digest()[:8]
+
+
+def v3_frame(root_secret: bytes, key_len: int, key_version: int, iv: bytes, plaintext: bytes, *,
+             chunk_hash: bytes, model_name: str, kv_rank: int, object_group_id: int,
+             cache_salt: str) -> bytes:
+    suite = {16: 1, 32: 2}[key_len]
+    kid = key_id(root_secret, cache_salt, key_version)
+    header = (bytes([3, suite]) + struct.pack(">I", key_version) + kid
+              + struct.pack(">Q", len(plaintext)) + iv)
+    aad = v2_associated_data(header, chunk_hash, model_name, kv_rank, object_group_id, cache_salt)
+    ct, tag = gcm_encrypt(tenant_key(root_secret, cache_salt, key_len), iv, plaintext, aad)
+    return header + ct + tag

@@ -1,4 +1,4 @@
-"""Golden vectors for frame versions 1 and 2 (also printed in docs/formats/aesgcm.md).
+"""Golden vectors for frame versions 1, 2 and 3 and key ids (also in docs/formats/aesgcm.md).
 
 Each vector is checked three ways: the independent reference (hand-written HKDF and GCM, see
 aesgcm_reference.py) reproduces the literal bytes, the plugin's serializer writes them given the
@@ -17,10 +17,12 @@ from aesgcm_objects import buffer, byte_obj, obj_bytes
 from aesgcm_reference import (
     gcm_encrypt,
     hkdf_sha256,
+    key_id,
     tenant_key,
     v1_frame,
     v2_associated_data,
     v2_frame,
+    v3_frame,
 )
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -35,6 +37,7 @@ from lmserde_aesgcm import (
     TenantKeys,
     derive_key,
 )
+from lmserde_aesgcm import key_id as plugin_key_id
 
 MASTER = bytes(range(32))
 IV_A = bytes.fromhex("000102030405060708090a0b")
@@ -72,6 +75,23 @@ V2_DEFAULT_128_KEYRING_V7 = (
 )
 
 
+V3_ALICE_256_HKDF = (
+    "0302000000002f4368ba673a06a2000000000000002d000102030405060708090a0bc6141ea2bc42473ccf7b"
+    "ab09de46bd1257bf81a7de9313c32bd8d30edef954b1540b664ff337e0e90ef8c0a3a03ff0569de76c867a89"
+    "fc277162d4ea17"
+)
+V3_DEFAULT_128_KEYRING_V7 = (
+    "030100000007ebff7bf9be08bd470000000000000005ffeeddccbbaa998877665544bd8b1acaa465c0a62d2a"
+    "0bbe5081792f9fa3434c1f"
+)
+# (root secret, tenant, version) -> key id
+KEY_IDS = {
+    (MASTER, "alice", 0): "2f4368ba673a06a2",
+    (MASTER, "", 0): "6581eac0b190517e",
+    (RING_SECRET, "", 7): "ebff7bf9be08bd47",
+}
+
+
 def _keyring_provider() -> KeyringKeyProvider:
     return KeyringKeyProvider(Keyring({"": TenantKeys(current=7, secrets={7: RING_SECRET})}))
 
@@ -103,7 +123,18 @@ VECTORS = [
                  id="v2-alice-aes256-hkdf"),
     pytest.param(V2_DEFAULT_128_KEYRING_V7, 2, 128, KEY_DEFAULT, IV_B, PLAINTEXT[:5], "keyring",
                  id="v2-default-aes128-keyring-v7"),
+    pytest.param(V3_ALICE_256_HKDF, 3, 256, KEY_ALICE, IV_A, PLAINTEXT, "hkdf",
+                 id="v3-alice-aes256-hkdf"),
+    pytest.param(V3_DEFAULT_128_KEYRING_V7, 3, 128, KEY_DEFAULT, IV_B, PLAINTEXT[:5], "keyring",
+                 id="v3-default-aes128-keyring-v7"),
 ]
+
+
+@pytest.mark.parametrize(("secret", "tenant", "version"), sorted(KEY_IDS))
+def test_key_ids(secret: bytes, tenant: str, version: int) -> None:
+    expected = bytes.fromhex(KEY_IDS[(secret, tenant, version)])
+    assert key_id(secret, tenant, version) == expected
+    assert plugin_key_id(secret, tenant, version) == expected
 
 
 def _reference(frame_version: int, aes_bits: int, key: ObjectKey, iv: bytes, plaintext: bytes,
@@ -111,7 +142,8 @@ def _reference(frame_version: int, aes_bits: int, key: ObjectKey, iv: bytes, pla
     if frame_version == 1:
         return v1_frame(MASTER, key.cache_salt, aes_bits // 8, iv, plaintext)
     secret, version = (MASTER, 0) if provider == "hkdf" else (RING_SECRET, 7)
-    return v2_frame(secret, aes_bits // 8, version, iv, plaintext, chunk_hash=key.chunk_hash,
+    build = v2_frame if frame_version == 2 else v3_frame
+    return build(secret, aes_bits // 8, version, iv, plaintext, chunk_hash=key.chunk_hash,
                     model_name=key.model_name, kv_rank=key.kv_rank,
                     object_group_id=key.object_group_id, cache_salt=key.cache_salt)
 
@@ -174,6 +206,7 @@ def test_vectors_printed_in_the_format_spec() -> None:
     raw_blocks = re.findall(r"```\n(.*?)```", doc.read_text(), flags=re.DOTALL)
     blocks = ["".join(block.split()) for block in raw_blocks]
     for vector in (V1_EMPTY_SALT_128, V1_ALICE_256, V2_ALICE_256_HKDF, V2_DEFAULT_128_KEYRING_V7,
+                   V3_ALICE_256_HKDF, V3_DEFAULT_128_KEYRING_V7, *KEY_IDS.values(),
                    *TENANT_KEYS.values(), PLAINTEXT.hex()):
         assert any(vector in block for block in blocks), f"{vector[:24]}... missing from {doc}"
     aad = v2_associated_data(bytes.fromhex(V2_ALICE_256_HKDF)[:26], KEY_ALICE.chunk_hash,

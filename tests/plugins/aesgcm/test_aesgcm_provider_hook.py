@@ -14,10 +14,12 @@ from aesgcm_objects import buffer, byte_obj, make_key, obj_bytes
 from lmserde import create_serde_processor, get_plugin_manager, hookimpl
 from lmserde_aesgcm import (
     AesGcmDeserializer,
+    FrameAuthenticationError,
     KeyProviderError,
     Keyring,
     KeyringKeyProvider,
     TenantKeys,
+    UnattributedAuthenticationError,
     provider_names,
 )
 
@@ -51,7 +53,7 @@ def test_provider_from_plugin_round_trips_through_processor(kms_plugin: Any) -> 
     try:
         key = make_key(salt="alice")
         data = bytes(range(256)) * 4
-        frame = buffer(len(data) + 42)
+        frame = buffer(len(data) + 50)
         task = proc.submit_serialize([byte_obj(data)], [frame], [key])
         _wait(proc.get_serialize_event_fd())
         assert proc.query_serialize_result(task) is True
@@ -165,3 +167,32 @@ def test_plugin_with_wrong_hook_signature_is_dropped_with_warning(
             pytest.raises(ValueError, match="unknown key_provider 'x'"):
         create_serde_processor({"type": "aesgcm", "key_provider": "x"})
     assert "secret_flag" in caplog.text
+
+
+def test_v1_config_of_a_provider_that_cannot_state_its_keys_has_no_key_id(
+        kms_plugin: Any) -> None:
+    """A hook provider (a KMS) lists no keys offline: a version-1 config names none, and a
+    version-1 frame that fails authentication under it cannot be proven damaged."""
+    proc = create_serde_processor(_config(frame_version=1))
+    try:
+        assert proc.get_config()["options"] == {}
+        key = make_key(salt="alice")
+        frame = buffer(10 + 29)
+        task = proc.submit_serialize([byte_obj(b"0123456789")], [frame], [key])
+        _wait(proc.get_serialize_event_fd())
+        assert proc.query_serialize_result(task) is True
+    finally:
+        proc.close()
+    other = KeyringKeyProvider(Keyring({"alice": TenantKeys(5, {5: b"\x99" * 24})}))
+    # the same KMS plugin, holding another secret for alice (another fleet's KMS)
+    opaque = create_serde_processor({"type": "aesgcm", "key_provider": "test-kms",
+                                     "key_provider_options": {"tenants": {"alice": "b2" * 24},
+                                                              "version": 5}})
+    try:
+        deserializer = opaque.serde_pair().deserializer  # type: ignore[attr-defined]
+        with pytest.raises(UnattributedAuthenticationError):
+            deserializer.deserialize(frame, buffer(10), key)
+    finally:
+        opaque.close()
+    with pytest.raises(FrameAuthenticationError):  # the keyring states its keys
+        AesGcmDeserializer(other).deserialize(frame, buffer(10), key)

@@ -35,7 +35,7 @@ def test_typo_in_option_is_caught(master_key_file: Path) -> None:
         create_serde_processor({"type": "aesgcm", "master_key_pth": str(master_key_file)})
 
 
-@pytest.mark.parametrize("value", [3, 0, "two"])
+@pytest.mark.parametrize("value", [4, 0, "two"])
 def test_bad_frame_version(master_key_file: Path, value: Any) -> None:
     with pytest.raises(ValueError, match="frame_version"):
         create_serde_processor({"type": "aesgcm", "master_key_path": str(master_key_file),
@@ -59,7 +59,7 @@ def test_empty_provider_name(master_key_file: Path) -> None:
         create_serde_processor({"type": "aesgcm", "key_provider": " "})
 
 
-@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 2), ("1", 1), (2.0, 2)])
+@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 3), ("1", 1), (2.0, 2), ("3", 3)])
 def test_config_selects_frame_version(master_key_file: Path, frame_version: Any,
                                       first_byte: int) -> None:
     config: dict[str, Any] = {"type": "aesgcm", "master_key_path": str(master_key_file),
@@ -69,13 +69,13 @@ def test_config_selects_frame_version(master_key_file: Path, frame_version: Any,
     proc = create_serde_processor(config)
     try:
         assert proc.max_workers == 2  # type: ignore[attr-defined]
-        frame = buffer(10 + 42)
+        frame = buffer(10 + 50)
         task = proc.submit_serialize([byte_obj(b"0123456789")], [frame], [make_key()])
         poller = select.poll()
         poller.register(proc.get_serialize_event_fd(), select.POLLIN)
         assert poller.poll(30_000)
         assert proc.query_serialize_result(task) is True
         assert obj_bytes(frame)[0] == first_byte
-        assert frame.get_size() == 10 + (29 if first_byte == 1 else 42)
+        assert frame.get_size() == 10 + {1: 29, 2: 42, 3: 50}[first_byte]
     finally:
         proc.close()

@@ -80,7 +80,7 @@ def _zeroed(out: TensorMemoryObj) -> bool:
     return int(out.raw_data.count_nonzero()) == 0
 
 
-@pytest.mark.parametrize(("frame_version", "overhead"), [(2, 42), (1, 29)])
+@pytest.mark.parametrize(("frame_version", "overhead"), [(3, 50), (2, 42), (1, 29)])
 def test_store_and_load_round_trip(make_adapter: Any, l1: L1Manager, frame_version: int,
                                    overhead: int) -> None:
     adapter = make_adapter(frame_version=frame_version)
@@ -100,11 +100,11 @@ def test_store_and_load_round_trip(make_adapter: Any, l1: L1Manager, frame_versi
     assert adapter.metrics()["rejections"] == {}
 
 
-@pytest.mark.parametrize("frame_version, head_last", [(1, True), (2, False)])
+@pytest.mark.parametrize("frame_version, head_last", [(1, True), (2, False), (3, False)])
 def test_only_checksummed_frames_are_written_head_last(make_adapter: Any, frame_version: int,
                                                        head_last: bool) -> None:
-    """aesgcm v2 authenticates its bytes, so its frames carry no checksum and need no head-last
-    write; v1's frames are checksummed while ``fs`` writes them."""
+    """aesgcm v2 and v3 authenticate their bytes, so their frames carry no checksum and need no
+    head-last write; v1's frames are checksummed while ``fs`` writes them."""
     adapter = make_adapter(frame_version=frame_version)
     calls: list[int] = []
     real = adapter.inner_adapter.submit_store_task_head_last
@@ -118,7 +118,7 @@ def test_only_checksummed_frames_are_written_head_last(make_adapter: Any, frame_
     assert bool(calls) is head_last
 
 
-@pytest.mark.parametrize("where", [0, 20, 5000, -1], ids=["version", "iv", "body", "tag"])
+@pytest.mark.parametrize("where", [0, 25, 5000, -1], ids=["version", "iv", "body", "tag"])
 def test_tampered_file_misses_alone(make_adapter: Any, l1: L1Manager, where: int) -> None:
     """A flipped bit in the aesgcm frame (``where``: offset in it) is refused by the stored frame.
 
@@ -148,7 +148,7 @@ def test_tampered_file_misses_alone(make_adapter: Any, l1: L1Manager, where: int
     assert not path.exists(), "the refused object is deleted (self-repair)"
 
 
-@pytest.mark.parametrize("where", [0, 20, 5000, -1], ids=["version", "iv", "body", "tag"])
+@pytest.mark.parametrize("where", [0, 25, 5000, -1], ids=["version", "iv", "body", "tag"])
 def test_tampered_file_misses_alone_without_the_stored_frame(make_adapter: Any, l1: L1Manager,
                                                             where: int) -> None:
     """LMCache-shared mode: the serde's own contract — refused, and the destination zeroed."""
@@ -157,7 +157,7 @@ def test_tampered_file_misses_alone_without_the_stored_frame(make_adapter: Any, 
     assert store_sync(adapter, KEYS, objs).is_successful()
     path = _path(adapter, KEYS[1])
     data = bytearray(path.read_bytes())
-    assert len(data) == NBYTES + 42 and data[0] == 2  # the aesgcm frame alone
+    assert len(data) == NBYTES + 50 and data[0] == 3  # the aesgcm frame alone
     data[where] ^= 0x10
     path.write_bytes(bytes(data))
     hits, outs = _load(adapter, l1)
@@ -166,6 +166,25 @@ def test_tampered_file_misses_alone_without_the_stored_frame(make_adapter: Any, 
     assert torch.equal(outs[2].raw_data, objs[2].raw_data)
     assert _zeroed(outs[1]), "a missed key must not keep plaintext"
     assert adapter.metrics()["rejections"] == {"decode": 1}
+
+
+def test_damaged_v2_object_is_a_miss_that_stays(make_adapter: Any, l1: L1Manager) -> None:
+    """A version-2 frame names no key id, and its stored frame carries no payload checksum: a
+    failed authentication cannot tell damage from another fleet's key, so the object is not
+    deleted (issue 27: "not mine" is never a deletion). Nothing of it is served."""
+    adapter = make_adapter(frame_version=2)
+    objs = _objects()
+    assert store_sync(adapter, KEYS, objs).is_successful()
+    path = _path(adapter, KEYS[1])
+    data = bytearray(path.read_bytes())
+    data[FRAME_HEADER_BYTES + 5000] ^= 0x10
+    path.write_bytes(bytes(data))
+    hits, outs = _load(adapter, l1)
+    assert hits == [True, False, True]
+    assert _zeroed(outs[1]), "a missed key must not keep plaintext"
+    metrics = adapter.metrics()
+    assert "decode" not in metrics["rejections"] and metrics["repaired"] == 0
+    assert path.read_bytes() == bytes(data), "left in place"
 
 
 def test_truncated_file_misses_alone(make_adapter: Any, l1: L1Manager) -> None:
@@ -182,7 +201,7 @@ def test_truncated_file_misses_alone(make_adapter: Any, l1: L1Manager) -> None:
     assert adapter.metrics()["failures"] == {"inner_load": 1}
 
 
-@pytest.mark.parametrize("frame_version", [2, 1])
+@pytest.mark.parametrize("frame_version", [3, 2, 1])
 def test_file_moved_to_another_key_is_refused_by_the_stored_frame(
     make_adapter: Any, l1: L1Manager, frame_version: int
 ) -> None:
@@ -199,10 +218,10 @@ def test_file_moved_to_another_key_is_refused_by_the_stored_frame(
     assert _path(adapter, KEYS[0]).exists()
 
 
-def test_v2_file_moved_to_another_key_misses_without_the_stored_frame(
+def test_v3_file_moved_to_another_key_misses_without_the_stored_frame(
     make_adapter: Any, l1: L1Manager
 ) -> None:
-    """LMCache-shared mode: aesgcm frame v2 binds itself to its key (the serde refuses it)."""
+    """LMCache-shared mode: aesgcm frame v3 binds itself to its key (the serde refuses it)."""
     adapter = make_adapter(frame=False)
     objs = _objects()
     assert store_sync(adapter, KEYS, objs).is_successful()
@@ -227,20 +246,21 @@ def test_v1_file_moved_to_another_key_is_served_without_the_stored_frame(
     assert adapter.metrics()["rejections"] == {}
 
 
-def test_v1_files_readable_after_switching_to_v2(make_adapter: Any, l1: L1Manager) -> None:
-    writer = make_adapter(frame_version=1)
+def test_v2_files_readable_after_switching_to_v3(make_adapter: Any, l1: L1Manager) -> None:
+    writer = make_adapter(frame_version=2)
     objs = _objects()
     assert store_sync(writer, KEYS, objs).is_successful()
-    reader = make_adapter()  # frame_version 2 by default; reads both
+    reader = make_adapter()  # frame_version 3 by default; reads every version
     hits, outs = _load(reader, l1)
     assert hits == [True, True, True]
     assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))
+    assert reader.metrics()["rejections"] == {}
 
 
-def test_v2_files_are_clean_misses_after_switching_back_to_v1(make_adapter: Any,
+def test_v3_files_are_clean_misses_after_switching_back_to_v1(make_adapter: Any,
                                                               l1: L1Manager) -> None:
-    """A v2 frame is longer than any v1 frame of the same object, so a v1-configured reader
-    refuses it by length (a miss, removed) instead of trying to decode it."""
+    """A v3 frame is longer than any v1 frame of the same object, so a v1-configured reader
+    refuses it by length (a miss) instead of trying to decode it."""
     writer = make_adapter()
     assert store_sync(writer, KEYS, _objects()).is_successful()
     reader = make_adapter(frame_version=1)
@@ -279,11 +299,11 @@ def test_chained_after_another_serde(tmp_path: Path, master_key_file: Path,
     try:
         objs = _objects()
         result = store_sync(adapter, KEYS, objs)
-        # one stored-object frame around the chain's output (the aesgcm v2 frame)
-        stored_bytes = FRAME_HEADER_BYTES + NBYTES + 42
+        # one stored-object frame around the chain's output (the aesgcm v3 frame)
+        stored_bytes = FRAME_HEADER_BYTES + NBYTES + 50
         assert result.is_successful() and result.bytes_transferred() == 3 * stored_bytes
         stored = (tmp_path / "chain" / key_file_name(KEYS[0])).read_bytes()
-        assert len(stored) == stored_bytes and stored[FRAME_HEADER_BYTES] == 2
+        assert len(stored) == stored_bytes and stored[FRAME_HEADER_BYTES] == 3
         hits, outs = _load(adapter, l1)
         assert hits == [True, True, True]
         assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))
@@ -291,26 +311,42 @@ def test_chained_after_another_serde(tmp_path: Path, master_key_file: Path,
         adapter.close()
 
 
-def test_switching_frame_version_from_1_to_2_keeps_the_stored_objects(make_adapter: Any,
+def test_switching_frame_version_from_2_to_3_keeps_the_stored_objects(make_adapter: Any,
                                                                       l1: L1Manager) -> None:
-    """``frame_version`` is not part of the config identity: a fleet moving from LMCache's
-    frame (1) to the key-bound frame (2) keeps every object already stored."""
-    writer = make_adapter(frame_version=1)
+    """``frame_version`` is not an identity option, and versions 2 and 3 name their key in the
+    frame: a fleet moving from the key-bound frame (2) to the one that names its key id (3)
+    keeps every object already stored."""
+    writer = make_adapter(frame_version=2)
     assert store_sync(writer, KEYS, _objects()).is_successful()
     writer.close()
-    reader = make_adapter(frame_version=2)
+    reader = make_adapter(frame_version=3)
     hits, outs = _load(reader, l1)
     assert hits == [True] * len(KEYS)
     assert [obj_bytes(o) for o in outs] == [obj_bytes(o) for o in _objects()]
     assert reader.metrics()["rejections"] == {}
 
 
-def test_switching_frame_version_from_2_to_1_rewrites_the_stored_objects(make_adapter: Any,
+def test_switching_frame_version_from_1_to_3_is_a_config_change(make_adapter: Any,
+                                                                 l1: L1Manager) -> None:
+    """A version-1 config's identity names its key (``key_id``), a version-3 config's does not
+    (its frames do): the v1 objects are another configuration's for the v3 reader, misses
+    refused before any decrypt (nothing reaches the destination)."""
+    writer = make_adapter(frame_version=1)
+    assert store_sync(writer, KEYS, _objects()).is_successful()
+    writer.close()
+    reader = make_adapter(frame_version=3)
+    hits, outs = _load(reader, l1)
+    assert hits == [False] * len(KEYS)
+    assert all(_untouched(o) for o in outs), "refused by the stored frame, not decoded"
+    assert "decode" not in reader.metrics()["rejections"]
+
+
+def test_switching_frame_version_from_3_to_1_rewrites_the_stored_objects(make_adapter: Any,
                                                                          l1: L1Manager) -> None:
-    """The way back is not free (documented): a version-2 frame is longer than any frame a
+    """The way back is not free (documented): a version-3 frame is longer than any frame a
     version-1 writer produces for the layout, so the wrapper refuses it as ``length`` before
     reading it, deletes it, and the next store writes a version-1 frame in its place."""
-    writer = make_adapter(frame_version=2)
+    writer = make_adapter(frame_version=3)
     assert store_sync(writer, KEYS, _objects()).is_successful()
     writer.close()
     reader = make_adapter(frame_version=1)

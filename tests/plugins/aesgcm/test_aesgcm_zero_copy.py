@@ -16,6 +16,7 @@ from lmserde_aesgcm import (
     AesGcmDeserializer,
     AesGcmSerializer,
     CipherCache,
+    CipherEntry,
     HkdfKeyProvider,
     KeyProvider,
     KeyProviderError,
@@ -53,11 +54,12 @@ class _SpyCache(CipherCache):
         super().__init__(provider)
         self.calls: list[tuple[str, int, int, int]] = []
 
-    def get(self, tenant: str, version: int, key_len: int) -> Any:
-        return _SpyAead(super().get(tenant, version, key_len), self.calls)
+    def entry(self, tenant: str, version: int, key_len: int) -> Any:
+        real = super().entry(tenant, version, key_len)
+        return CipherEntry(_SpyAead(real.aead, self.calls), real.key_id)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("version", "header"), [(1, 13), (2, 26)])
+@pytest.mark.parametrize(("version", "header"), [(1, 13), (2, 26), (3, 34)])
 def test_encrypt_and_decrypt_in_place(master_key: bytes, version: int, header: int) -> None:
     cache = _SpyCache(HkdfKeyProvider(master_key))
     ser = AesGcmSerializer(cache, frame_version=version)
@@ -97,6 +99,11 @@ def test_aead_objects_cached_per_derived_key() -> None:
     assert cache.get("bob", 3, 16) is not a
     assert provider.fetches == 3 and len(cache) == 3
     assert "entries=3" in repr(cache)
+    # the key id is computed with the AEAD, once: a cached entry costs nothing per frame
+    entry = cache.entry("alice", 3, 16)
+    assert entry.aead is a and cache.entry("alice", 3, 16) is entry
+    assert provider.fetches == 3
+    assert repr(entry) == f"CipherEntry(key_id={entry.key_id.hex()})"
 
 
 def test_cache_evicts_least_recently_used() -> None:
@@ -120,7 +127,7 @@ def test_serializer_and_deserializer_share_one_cache(master_key: bytes) -> None:
     cache = CipherCache(provider)
     ser, de = AesGcmSerializer(cache), AesGcmDeserializer(cache)
     src = kv_object([32], torch.float16)
-    frame = buffer(64 + 42)
+    frame = buffer(64 + 50)
     for _ in range(5):
         ser.serialize(src, frame, make_key())
         out = buffer(64)
@@ -139,7 +146,7 @@ def test_concurrent_use_is_consistent(master_key: bytes) -> None:
             for i in range(40):
                 key = make_key(chunk=bytes([seed, i]) * 8, salt=f"t{i % 5}")
                 src = kv_object([257], torch.float16, seed=seed * 100 + i)
-                frame = buffer(514 + 42)
+                frame = buffer(514 + 50)
                 ser.serialize(src, frame, key)
                 out = buffer(514)
                 de.deserialize(frame, out, key)
@@ -177,4 +184,4 @@ class _BadProvider(KeyProvider):
 def test_misbehaving_provider_is_reported(version: Any, secret: Any, match: str) -> None:
     ser = AesGcmSerializer(_BadProvider(version, secret))
     with pytest.raises(KeyProviderError, match=match):
-        ser.serialize(kv_object([8], torch.float16), buffer(16 + 42), make_key())
+        ser.serialize(kv_object([8], torch.float16), buffer(16 + 50), make_key())

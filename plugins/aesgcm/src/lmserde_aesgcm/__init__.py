@@ -1,7 +1,9 @@
 """lmserde-aesgcm: AES-GCM encryption at rest for KV-cache L2 tiers.
 
-Frame version 1 is byte-identical to LMCache's aesgcm frame; frame version 2 (the default for new
-writes) binds each frame to its object key with associated data and names the key version. Keys
+Frame version 1 is byte-identical to LMCache's aesgcm frame; frame version 2 binds each frame to
+its object key with associated data and names the key version; frame version 3 (the default for
+new writes) adds the key id of the key that wrote it, so that a reader holding other keys treats
+the object as someone else's (a miss, kept) instead of as damaged. Keys
 come from a master key file (``hkdf``), a per-tenant versioned keyring (``keyring``), or a key
 provider another plugin contributes through the ``lmserde_aesgcm_key_provider`` hook.
 

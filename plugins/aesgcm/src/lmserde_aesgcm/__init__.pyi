@@ -7,12 +7,16 @@ checkers read the same file.
 """
 
 from .cipher_cache import CipherCache as CipherCache
+from .cipher_cache import CipherEntry as CipherEntry
+from .errors import ForeignKeyError as ForeignKeyError
 from .errors import FrameAuthenticationError as FrameAuthenticationError
 from .errors import FrameFormatError as FrameFormatError
 from .errors import KeyFileError as KeyFileError
+from .errors import KeyMismatchError as KeyMismatchError
 from .errors import KeyProviderError as KeyProviderError
 from .errors import KeyringError as KeyringError
 from .errors import KeyUnavailableError as KeyUnavailableError
+from .errors import UnattributedAuthenticationError as UnattributedAuthenticationError
 from .errors import UnknownKeyVersionError as UnknownKeyVersionError
 from .errors import UnknownTenantError as UnknownTenantError
 from .hkdf_provider import HKDF_KEY_VERSION as HKDF_KEY_VERSION
@@ -20,6 +24,9 @@ from .hkdf_provider import HkdfKeyProvider as HkdfKeyProvider
 from .key_derivation import INFO_PREFIX as INFO_PREFIX
 from .key_derivation import derive_key as derive_key
 from .key_file import read_master_key_file as read_master_key_file
+from .key_identity import KEY_ID_LEN as KEY_ID_LEN
+from .key_identity import config_key_id as config_key_id
+from .key_identity import key_id as key_id
 from .key_provider import KeyProvider as KeyProvider
 from .keygen import add_keyring_version as add_keyring_version
 from .keygen import set_keyring_current as set_keyring_current
@@ -28,6 +35,7 @@ from .keyring import Keyring as Keyring
 from .keyring import TenantKeys as TenantKeys
 from .keyring import parse_keyring as parse_keyring
 from .keyring_provider import KeyringKeyProvider as KeyringKeyProvider
+from .processor import AesGcmProcessor as AesGcmProcessor
 from .provider_hooks import KeyProviderHookSpecs as KeyProviderHookSpecs
 from .provider_hooks import provider_names as provider_names
 from .serde import DEFAULT_FRAME_VERSION as DEFAULT_FRAME_VERSION

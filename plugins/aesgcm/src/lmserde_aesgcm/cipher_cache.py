@@ -1,29 +1,44 @@
-"""AEAD objects cached per derived key, shared by a serializer and its deserializer."""
+"""AEAD objects and key ids cached per derived key, shared by a serializer and its deserializer."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
 from lmserde_aesgcm.key_derivation import derive_key
+from lmserde_aesgcm.key_identity import config_key_id, key_id
 from lmserde_aesgcm.key_provider import KeyProvider
 
-__all__ = ["DEFAULT_CAPACITY", "CipherCache"]
+__all__ = ["DEFAULT_CAPACITY", "CipherEntry", "CipherCache"]
 
 DEFAULT_CAPACITY = 4096
 
 _CacheKey = tuple[str, int, int]
 
 
+@dataclass(frozen=True)
+class CipherEntry:
+    """The AEAD of one derived key and the key id of the root secret it came from."""
+
+    aead: AESGCM
+    key_id: bytes  # key_identity.key_id(root secret, tenant, version): public, one-way
+
+    def __repr__(self) -> str:
+        return f"CipherEntry(key_id={self.key_id.hex()})"
+
+
 class CipherCache:
-    """``(tenant, key version, key length) -> AESGCM``, least recently used evicted first.
+    """``(tenant, key version, key length) -> (AESGCM, key id)``, least recently used evicted
+    first.
 
     The provider is asked for a root secret only on a miss; the AES key is derived with HKDF
-    (see ``key_derivation``). Thread-safe; the provider is called outside the lock.
+    (see ``key_derivation``) and the key id computed (``key_identity``) once, with it, so
+    neither costs anything per frame. Thread-safe; the provider is called outside the lock.
     """
 
     def __init__(self, provider: KeyProvider, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -32,7 +47,7 @@ class CipherCache:
         self._provider = provider
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._entries: OrderedDict[_CacheKey, AESGCM] = OrderedDict()
+        self._entries: OrderedDict[_CacheKey, CipherEntry] = OrderedDict()
 
     @property
     def provider(self) -> KeyProvider:
@@ -59,22 +74,39 @@ class CipherCache:
 
     def get(self, tenant: str, version: int, key_len: int) -> AESGCM:
         """The AEAD for ``tenant`` at ``version`` with a ``key_len``-byte key."""
+        return self.entry(tenant, version, key_len).aead
+
+    def entry(self, tenant: str, version: int, key_len: int) -> CipherEntry:
+        """The AEAD and key id for ``tenant`` at ``version`` with a ``key_len``-byte key."""
         cache_key = (tenant, version, key_len)
         with self._lock:
-            aead = self._entries.get(cache_key)
-            if aead is not None:
+            entry = self._entries.get(cache_key)
+            if entry is not None:
                 self._entries.move_to_end(cache_key)
-                return aead
+                return entry
         secret = self._provider.root_secret(tenant, version)
         if not isinstance(secret, bytes | bytearray) or len(secret) < 16:
             raise KeyProviderError(
                 f"key provider {self._provider.describe()} returned an unusable root secret for "
                 f"tenant {tenant!r} version {version} (need at least 16 bytes)"
             )
-        aead = AESGCM(derive_key(bytes(secret), tenant, key_len))
+        secret = bytes(secret)
+        entry = CipherEntry(AESGCM(derive_key(secret, tenant, key_len)),
+                            key_id(secret, tenant, version))
         with self._lock:
-            self._entries[cache_key] = aead
+            self._entries[cache_key] = entry
             self._entries.move_to_end(cache_key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
-        return aead
+        return entry
+
+    def config_key_id(self) -> str | None:
+        """The key id a version-1 config carries in its identity: :func:`config_key_id` of the
+        key ids of the provider's :meth:`~KeyProvider.identity_keys`; ``None`` when the
+        provider cannot list them. Asks the provider for those root secrets (once, cached)."""
+        pairs = self._provider.identity_keys()
+        if pairs is None:
+            return None
+        return config_key_id(
+            (tenant, version, self.entry(tenant, version, 16).key_id) for tenant, version in pairs
+        )

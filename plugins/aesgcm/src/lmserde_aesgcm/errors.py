@@ -3,14 +3,23 @@
 Every error about bytes or configuration is a ``ValueError`` (bad input, per the project's
 convention). An authentication failure is additionally a ``cryptography.exceptions.InvalidTag``,
 so code written against LMCache's aesgcm serde (which lets ``InvalidTag`` escape) keeps working.
-The one exception is :class:`KeyUnavailableError`: a decode that could not get its key says
-nothing about the bytes, so it is deliberately *not* a ``ValueError`` (the serde wrapper deletes
-an object only when its decode raises a ``ValueError``). No message ever contains key material.
+
+Two families are deliberately *not* ``ValueError``s, because the serde wrapper deletes an object
+only when its decode raises a ``ValueError`` ("these bytes are bad"):
+
+* :class:`KeyUnavailableError`: a decode could not get its key (an outage): nothing is known
+  about the bytes.
+* :class:`ForeignKeyError` (an :class:`lmserde.ForeignObjectError`): the bytes were written with
+  key material this reader does not hold (another master key, a key version or tenant it lacks):
+  they are someone else's, a miss, never a deletion.
+
+No message ever contains key material (key ids are one-way fingerprints, see ``key_identity``).
 """
 
 from __future__ import annotations
 
 from cryptography.exceptions import InvalidTag
+from lmserde import ForeignObjectError
 
 __all__ = [
     "FrameFormatError",
@@ -21,6 +30,9 @@ __all__ = [
     "UnknownKeyVersionError",
     "KeyProviderError",
     "KeyUnavailableError",
+    "ForeignKeyError",
+    "KeyMismatchError",
+    "UnattributedAuthenticationError",
 ]
 
 
@@ -29,8 +41,9 @@ class FrameFormatError(ValueError):
 
 
 class FrameAuthenticationError(InvalidTag, ValueError):
-    """A frame failed AES-GCM authentication: wrong key or tenant, tampered bytes, or (frame
-    version 2) a frame moved to another object key."""
+    """A frame failed AES-GCM authentication although the reader holds the key that wrote it
+    (frame version 3: the key ids match; version 1: the config identity names the key): the
+    bytes were damaged or tampered with, or (versions 2 and 3) moved to another object key."""
 
 
 class KeyFileError(ValueError):
@@ -46,7 +59,8 @@ class UnknownTenantError(KeyringError):
 
 
 class UnknownKeyVersionError(KeyringError):
-    """A frame names a key version the provider does not hold for that tenant."""
+    """The provider does not hold the requested key version for that tenant (a frame that
+    names it is decoded as :class:`ForeignKeyError`, whose ``__cause__`` this is)."""
 
 
 class KeyProviderError(ValueError):
@@ -63,8 +77,32 @@ class KeyUnavailableError(RuntimeError):
     The stored bytes were not examined, so this is not a ``ValueError``: behind the stored-object
     frame (the default) the serde wrapper reports a miss and *keeps* the object, which decodes
     again once the provider is back. (Without the frame, ``"serde_frame": false``, nothing vouches
-    for the bytes and every failed decode deletes the object.) A version-2 frame naming a key
-    version the provider answers with :class:`UnknownKeyVersionError` raises that error: the
-    version is read from the bytes, and an object whose key version is gone can never be decoded
-    again, so it is deleted and rewritten. The provider's own exception is the ``__cause__``.
+    for the bytes and every failed decode deletes the object.) A provider that answers
+    :class:`UnknownTenantError`, or :class:`UnknownKeyVersionError` for the version a frame names,
+    says "not a key I hold": that is :class:`ForeignKeyError`, not this. The provider's own
+    exception is the ``__cause__``.
     """
+
+
+class ForeignKeyError(ForeignObjectError):
+    """The frame was written with key material this reader does not hold: a tenant the provider
+    has no key for (:class:`UnknownTenantError` is the ``__cause__``), a key version it does not
+    hold (:class:`UnknownKeyVersionError`), or one of the subclasses below.
+
+    An :class:`lmserde.ForeignObjectError`, not a ``ValueError``: the bytes may well be intact
+    and readable by the fleet that wrote them, so the serde wrapper counts a miss and leaves the
+    object in place.
+    """
+
+
+class KeyMismatchError(ForeignKeyError, InvalidTag):
+    """A version-3 frame's key id is not the id of this reader's key for the (tenant, key
+    version) the frame names: another master key or keyring wrote it. Raised before any
+    decryption. Also an ``InvalidTag`` (the frame does not decrypt under this reader's key)."""
+
+
+class UnattributedAuthenticationError(ForeignKeyError, InvalidTag):
+    """A frame that names no key identity failed authentication: version 2, or version 1 under a
+    key provider that cannot state its key identity for the config. Another key and damaged
+    bytes look the same then, and the reader cannot prove damage, so this is a
+    :class:`ForeignKeyError` (kept, a miss). Also an ``InvalidTag``."""

@@ -1,24 +1,28 @@
 """The aesgcm serializer and deserializer: encrypt straight into the frame, decrypt straight into
-the destination, wipe the destination on any failure."""
+the destination, wipe the destination on any failure, and tell "not my key" from "damaged"."""
 
 from __future__ import annotations
 
 import ctypes
+import hmac
 import os
 from collections.abc import Callable
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lmserde import Deserializer, MemoryLayoutDesc, MemoryObj, ObjectKey, Serializer
 
-from lmserde_aesgcm import frame_v1, frame_v2
-from lmserde_aesgcm.cipher_cache import CipherCache
+from lmserde_aesgcm import frame_v1, frame_v2, frame_v3
+from lmserde_aesgcm.cipher_cache import CipherCache, CipherEntry
 from lmserde_aesgcm.errors import (
+    ForeignKeyError,
     FrameAuthenticationError,
     FrameFormatError,
+    KeyMismatchError,
     KeyUnavailableError,
+    UnattributedAuthenticationError,
     UnknownKeyVersionError,
+    UnknownTenantError,
 )
 from lmserde_aesgcm.key_provider import KeyProvider
 
@@ -30,18 +34,19 @@ __all__ = [
     "AesGcmDeserializer",
 ]
 
-FRAME_VERSIONS = (1, 2)
-DEFAULT_FRAME_VERSION = 2
+FRAME_VERSIONS = (1, 2, 3)
+DEFAULT_FRAME_VERSION = 3
 _AES_BITS = (128, 256)
+_OVERHEADS = {1: frame_v1.OVERHEAD, 2: frame_v2.OVERHEAD, 3: frame_v3.OVERHEAD}
 
 
 def frame_overhead(frame_version: int) -> int:
-    """Bytes a frame adds to its plaintext: 29 for version 1, 42 for version 2."""
-    if frame_version == 1:
-        return frame_v1.OVERHEAD
-    if frame_version == 2:
-        return frame_v2.OVERHEAD
-    raise ValueError(f"aesgcm serde: frame_version must be 1 or 2, got {frame_version!r}")
+    """Bytes a frame adds to its plaintext: 29 for version 1, 42 for version 2, 50 for 3."""
+    try:
+        return _OVERHEADS[frame_version]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"aesgcm serde: frame_version must be 1, 2 or 3, got {frame_version!r}") from None
 
 
 def _key_len(aes_bits: int) -> int:
@@ -74,11 +79,12 @@ def _random_iv() -> bytes:
 class AesGcmSerializer(Serializer):
     """Encrypts an object's bytes (``src.byte_array``, ``get_size()`` bytes) into one frame.
 
-    ``frame_version=2`` (default) binds the frame to its object key and names the key version;
-    ``frame_version=1`` writes LMCache's frame. Each frame gets a fresh random 96-bit IV, so the
-    same object encrypts differently every time. The estimate is exact: plaintext + 42 (v2) or
-    + 29 (v1). ``iv_source`` exists for test vectors only. ``authenticates_output`` is true for
-    frame version 2 (authenticated and bound to the object key), false for version 1 (LMCache's
+    ``frame_version=3`` (default) binds the frame to its object key and names the key version
+    and the key id; ``frame_version=2`` the same without the key id; ``frame_version=1`` writes
+    LMCache's frame. Each frame gets a fresh random 96-bit IV, so the same object encrypts
+    differently every time. The estimate is exact: plaintext + 50 (v3), + 42 (v2) or + 29 (v1).
+    ``iv_source`` exists for test vectors only. ``authenticates_output`` is true for frame
+    versions 2 and 3 (authenticated and bound to the object key), false for version 1 (LMCache's
     frame does not bind the key).
     """
 
@@ -93,9 +99,9 @@ class AesGcmSerializer(Serializer):
         self._key_len = _key_len(aes_bits)
         self._overhead = frame_overhead(frame_version)
         self._frame_version = frame_version
-        # Version-2 frames are authenticated and bound to the object key (AAD): a damaged or
-        # moved frame fails deserialize, so a stored-object frame may skip its checksum.
-        self.authenticates_output = frame_version == 2
+        # Version-2 and -3 frames are authenticated and bound to the object key (AAD): a damaged
+        # or moved frame fails deserialize, so a stored-object frame may skip its checksum.
+        self.authenticates_output = frame_version != 1
         self._suite = frame_v2.suite_for_key_len(self._key_len)
         self._ciphers = (
             key_provider if isinstance(key_provider, CipherCache) else CipherCache(key_provider)
@@ -110,6 +116,11 @@ class AesGcmSerializer(Serializer):
     def aes_bits(self) -> int:
         return self._key_len * 8
 
+    def config_key_id(self) -> str | None:
+        """The key id of the keys this serializer's version-1 frames are read with
+        (:meth:`CipherCache.config_key_id`)."""
+        return self._ciphers.config_key_id()
+
     def __repr__(self) -> str:
         return (f"AesGcmSerializer(frame_version={self._frame_version}, aes_bits={self.aes_bits}, "
                 f"ciphers={self._ciphers!r})")
@@ -122,24 +133,39 @@ class AesGcmSerializer(Serializer):
         out = memoryview(dst.byte_array).cast("B")
         tenant = key.cache_salt
         version = self._ciphers.current(tenant)
-        aead = self._ciphers.get(tenant, version, self._key_len)
+        entry = self._ciphers.entry(tenant, version, self._key_len)
         iv = self._iv_source()
+        if self._frame_version == 3:
+            header3 = frame_v3.FrameV3Header(self._suite, version, entry.key_id, len(plaintext),
+                                             iv)
+            return frame_v3.seal_into(entry.aead, header3, plaintext, out, key)
         if self._frame_version == 1:
-            return frame_v1.seal_into(aead, iv, plaintext, out)
+            return frame_v1.seal_into(entry.aead, iv, plaintext, out)
         header = frame_v2.FrameV2Header(self._suite, version, len(plaintext), iv)
-        return frame_v2.seal_into(aead, header, plaintext, out, key)
+        return frame_v2.seal_into(entry.aead, header, plaintext, out, key)
 
 
 class AesGcmDeserializer(Deserializer):
-    """Authenticates and decrypts a frame of either version into ``dst`` (``get_size()`` bytes).
+    """Authenticates and decrypts a frame of any version into ``dst`` (``get_size()`` bytes).
 
-    Version-1 frames are decrypted with the tenant's current key at ``aes_bits``; version-2 frames
-    with the key version and suite their header names. Any failure (malformed, truncated, unknown
-    version, wrong key or tenant, tampered or moved frame) raises and leaves ``dst`` zeroed, so
-    unauthenticated plaintext never stays in the destination. Bytes after the frame are ignored.
-    Failures about the bytes raise ``ValueError`` subclasses; a key the provider cannot supply
-    raises :class:`~lmserde_aesgcm.KeyUnavailableError` (a ``RuntimeError``), so that the serde
-    wrapper keeps the object through a key-service outage instead of deleting it.
+    Version-1 frames are decrypted with the tenant's current key at ``aes_bits``; version-2 and
+    -3 frames with the key version and suite their header names. Any failure leaves ``dst``
+    zeroed, so unauthenticated plaintext never stays in the destination. Bytes after the frame
+    are ignored. What a failure raises says what the reader knows about the bytes:
+
+    * ``ValueError`` (damaged: the serde wrapper deletes the object): a malformed, truncated or
+      unknown-version frame (``FrameFormatError``); a frame that fails authentication although
+      the reader holds the key that wrote it (``FrameAuthenticationError``): version 3 with
+      matching key ids, or version 1 when the provider states its key identity
+      (``identity_keys``), which then is part of the config identity the stored-object frame
+      checked.
+    * :class:`~lmserde_aesgcm.ForeignKeyError`, an ``lmserde.ForeignObjectError`` (someone
+      else's: kept, a miss): a tenant or key version the provider does not hold, a version-3 key
+      id that is not this reader's (``KeyMismatchError``, before any decryption), or an
+      authentication failure of a frame that names no key identity (version 2, or version 1
+      under a provider without ``identity_keys``: ``UnattributedAuthenticationError``).
+    * :class:`~lmserde_aesgcm.KeyUnavailableError`, a ``RuntimeError`` (an outage: kept): the
+      provider failed in any other way.
     """
 
     def __init__(
@@ -149,6 +175,9 @@ class AesGcmDeserializer(Deserializer):
         self._ciphers = (
             key_provider if isinstance(key_provider, CipherCache) else CipherCache(key_provider)
         )
+        # Whether version-1 configs carry the provider's key id (see AesGcmProcessor): then a
+        # version-1 frame the stored-object frame let through was written with this key.
+        self._v1_attributed = self._ciphers.provider.identity_keys() is not None
 
     def __repr__(self) -> str:
         return f"AesGcmDeserializer(aes_bits={self._key_len * 8}, ciphers={self._ciphers!r})"
@@ -157,10 +186,8 @@ class AesGcmDeserializer(Deserializer):
         out = _byte_view(dst, "dst")
         try:
             self._open(_byte_view(src, "src"), out, key)
-        except BaseException as exc:
+        except BaseException:
             _wipe(out)
-            if isinstance(exc, InvalidTag) and not isinstance(exc, FrameAuthenticationError):
-                raise FrameAuthenticationError(_auth_failure_message(key)) from None
             raise
 
     def _open(self, frame: memoryview, out: memoryview, key: ObjectKey) -> None:
@@ -170,38 +197,65 @@ class AesGcmDeserializer(Deserializer):
             )
         version = frame[0]
         tenant = key.cache_salt
-        if version == frame_v1.VERSION:
-            frame_v1.check_frame(frame, len(out))
-            aead = self._cipher(tenant, None, self._key_len)
-            frame_v1.open_into(aead, frame, out)
+        if version == frame_v3.VERSION:
+            header3 = frame_v3.read_header(frame, len(out))
+            entry = self._entry(tenant, header3.key_version, header3.key_len)
+            if not hmac.compare_digest(entry.key_id, header3.key_id):
+                raise KeyMismatchError(_mismatch_message(key, header3, entry))
+            try:
+                frame_v3.open_into(entry.aead, header3, frame, out, key)
+            except InvalidTag:
+                raise FrameAuthenticationError(_auth_failure_message(key)) from None
         elif version == frame_v2.VERSION:
             header = frame_v2.read_header(frame, len(out))
-            aead = self._cipher(tenant, header.key_version, header.key_len)
-            frame_v2.open_into(aead, header, frame, out, key)
+            entry = self._entry(tenant, header.key_version, header.key_len)
+            try:
+                frame_v2.open_into(entry.aead, header, frame, out, key)
+            except InvalidTag:
+                raise UnattributedAuthenticationError(_unattributed_message(key, 2)) from None
+        elif version == frame_v1.VERSION:
+            frame_v1.check_frame(frame, len(out))
+            entry = self._entry(tenant, None, self._key_len)
+            try:
+                frame_v1.open_into(entry.aead, frame, out)
+            except InvalidTag:
+                if self._v1_attributed:
+                    raise FrameAuthenticationError(_auth_failure_message(key)) from None
+                raise UnattributedAuthenticationError(_unattributed_message(key, 1)) from None
         else:
             raise FrameFormatError(
                 f"aesgcm serde: malformed frame or unknown version: version byte 0x{version:02x} "
-                "(known: 0x01, 0x02)"
+                "(known: 0x01, 0x02, 0x03)"
             )
 
-    def _cipher(self, tenant: str, version: int | None, key_len: int) -> AESGCM:
-        """The AEAD for ``tenant`` at ``version`` (``None``: the provider's current version).
+    def _entry(self, tenant: str, version: int | None, key_len: int) -> CipherEntry:
+        """The AEAD and key id for ``tenant`` at ``version`` (``None``: the provider's current
+        version, for version-1 frames, which name none).
 
-        Any failure to get the key is :class:`KeyUnavailableError` (not about the bytes), except
-        :class:`UnknownKeyVersionError` for a ``version`` read from a frame: the provider says it
-        does not hold the version the bytes name, which will not change, so it propagates (a
-        ``ValueError``) and the object is deleted. Other ``ValueError``s are not trusted to mean
-        that: KMS clients raise them for garbled answers too (a gateway's HTML error page fails
-        ``json.loads``), and deleting on those would wipe the tier during an outage.
+        The provider saying it does not hold the tenant (``UnknownTenantError``), or the
+        ``version`` a frame names (``UnknownKeyVersionError``), is :class:`ForeignKeyError`: the
+        object was written with key material this reader lacks, and is someone else's. Any other
+        failure is :class:`KeyUnavailableError` (an outage), including ``ValueError``s: KMS
+        clients raise them for garbled answers too (a gateway's HTML error page fails
+        ``json.loads``). Neither is a ``ValueError``, so the object is kept either way.
         """
         try:
             current = self._ciphers.current(tenant) if version is None else version
-            return self._ciphers.get(tenant, current, key_len)
+            return self._ciphers.entry(tenant, current, key_len)
+        except UnknownTenantError as exc:
+            raise ForeignKeyError(
+                f"aesgcm serde: key provider {self._ciphers.provider.describe()} holds no key "
+                f"for tenant {tenant!r}: the object was written with key material this reader "
+                f"does not hold (left in place): {exc}") from exc
         except UnknownKeyVersionError as exc:
             if version is None:  # the provider's own current version: not the bytes' doing
                 raise self._unavailable(tenant, exc) from exc
-            raise
-        except Exception as exc:  # unreachable KMS, garbled answer, unknown tenant, bad secret
+            raise ForeignKeyError(
+                f"aesgcm serde: the frame names key version {version} of tenant {tenant!r}, "
+                f"which key provider {self._ciphers.provider.describe()} does not hold: "
+                f"written with key material this reader does not hold (left in place): {exc}"
+            ) from exc
+        except Exception as exc:  # unreachable KMS, garbled answer, bad secret
             raise self._unavailable(tenant, exc) from exc
 
     def _unavailable(self, tenant: str, exc: Exception) -> KeyUnavailableError:
@@ -210,9 +264,30 @@ class AesGcmDeserializer(Deserializer):
             f"{self._ciphers.provider.describe()}: {type(exc).__name__}: {exc}")
 
 
+def _chunk(key: Any) -> str:
+    return bytes(key.chunk_hash).hex()[:32]
+
+
 def _auth_failure_message(key: Any) -> str:
     return (
-        f"aesgcm serde: frame failed authentication for chunk "
-        f"{bytes(key.chunk_hash).hex()[:32]} of tenant {key.cache_salt!r}: wrong key or tenant, "
-        "tampered bytes, or a frame moved from another object key"
+        f"aesgcm serde: frame failed authentication for chunk {_chunk(key)} of tenant "
+        f"{key.cache_salt!r} under the key that wrote it: tampered or damaged bytes, or a frame "
+        "moved from another object key"
+    )
+
+
+def _mismatch_message(key: Any, header: frame_v3.FrameV3Header, entry: CipherEntry) -> str:
+    return (
+        f"aesgcm serde: the frame for chunk {_chunk(key)} of tenant {key.cache_salt!r} was "
+        f"written with key id {header.key_id.hex()} (key version {header.key_version}); this "
+        f"reader's key for that version has key id {entry.key_id.hex()}: another master key or "
+        "keyring wrote it (not this reader's to decrypt; left in place)"
+    )
+
+
+def _unattributed_message(key: Any, version: int) -> str:
+    return (
+        f"aesgcm serde: version-{version} frame for chunk {_chunk(key)} of tenant "
+        f"{key.cache_salt!r} failed authentication; it names no key id, so another key and "
+        "damaged bytes cannot be told apart (left in place; version-3 frames name their key)"
     )

@@ -20,15 +20,17 @@ from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.hkdf_provider import HkdfKeyProvider
 from lmserde_aesgcm.key_provider import KeyProvider
 from lmserde_aesgcm.keyring_provider import KeyringKeyProvider
+from lmserde_aesgcm.processor import AesGcmProcessor
 from lmserde_aesgcm.provider_hooks import resolve_key_provider
 from lmserde_aesgcm.serde import (
     DEFAULT_FRAME_VERSION,
+    FRAME_VERSIONS,
     AesGcmDeserializer,
     AesGcmSerializer,
 )
 
 __all__ = ["SERDE_TYPE", "OPTIONS", "AESGCM_SPEC", "build_key_provider", "create_aesgcm_pair",
-           "create_aesgcm_processor"]
+           "build_aesgcm_processor", "create_aesgcm_processor"]
 
 SERDE_TYPE = "aesgcm"
 
@@ -39,10 +41,10 @@ def _check_aes_bits(value: int) -> None:
 
 
 def _check_frame_version(value: int) -> None:
-    if value not in (1, 2):
+    if value not in FRAME_VERSIONS:
         raise ValueError(
-            f"frame_version must be 1 (LMCache-compatible) or 2 (bound to the object key), "
-            f"got {value}"
+            f"frame_version must be 1 (LMCache-compatible), 2 (bound to the object key) or 3 "
+            f"(bound to the object key, names its key id), got {value}"
         )
 
 
@@ -61,9 +63,10 @@ def _check_provider_options(value: Any) -> None:
 
 OPTIONS: tuple[SerdeOption, ...] = (
     # aes_bits and frame_version choose how new frames are written; every frame records both and
-    # is read whatever they are now, so they are not part of the config identity. Switching
-    # aes_bits, or frame_version from 1 to 2, keeps the objects already stored; through the serde
-    # wrapper, 2 -> 1 does not (a v2 frame is longer than the v1 bound: refused as "length")
+    # is read whatever they are now, so they are not identity options. Switching aes_bits, or
+    # frame_version between 2 and 3, keeps the objects already stored. A version-1 config's
+    # identity carries the key id of its key (AesGcmProcessor), so switching from or to 1 does
+    # not keep them through the serde wrapper (another config: a miss per object).
     SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
                 check=_check_aes_bits, identity=False),
     SerdeOption("key_provider", str, "hkdf",
@@ -81,8 +84,9 @@ OPTIONS: tuple[SerdeOption, ...] = (
                 "accept key files that group or others may read (not recommended)",
                 identity=False),
     SerdeOption("frame_version", int, DEFAULT_FRAME_VERSION,
-                "frame version written: 2 (default, bound to the object key) or 1 (readable by "
-                "LMCache); both are always read", check=_check_frame_version, identity=False),
+                "frame version written: 3 (default, bound to the object key, names its key id), "
+                "2 (bound to the object key) or 1 (readable by LMCache); all are always read",
+                check=_check_frame_version, identity=False),
     max_workers_option(1),
 )
 
@@ -122,28 +126,41 @@ def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
     return resolve_key_provider(name, opts.get("key_provider_options") or {})
 
 
-def create_aesgcm_pair(opts: dict[str, Any]) -> SerdePair:
-    """The serializer/deserializer pair for validated options (see :data:`OPTIONS`); both share
-    one key provider and cipher cache."""
+def _build_pair(opts: Mapping[str, Any]) -> tuple[AesGcmSerializer, AesGcmDeserializer]:
     aes_bits = int(opts.get("aes_bits", 128))
     _check_aes_bits(aes_bits)
     frame_version = int(opts.get("frame_version", DEFAULT_FRAME_VERSION))
     _check_frame_version(frame_version)
     ciphers = CipherCache(build_key_provider(opts))
-    serializer = AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version)
-    deserializer = AesGcmDeserializer(ciphers, aes_bits=aes_bits)
-    return SerdePair(serializer, deserializer)
+    return (AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version),
+            AesGcmDeserializer(ciphers, aes_bits=aes_bits))
+
+
+def create_aesgcm_pair(opts: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated options (see :data:`OPTIONS`); both share
+    one key provider and cipher cache."""
+    return SerdePair(*_build_pair(opts))
+
+
+def build_aesgcm_processor(opts: dict[str, Any]) -> AesGcmProcessor:
+    """The spec's factory: an :class:`AesGcmProcessor` over :func:`create_aesgcm_pair`'s pair
+    with ``max_workers`` threads. For ``frame_version: 1`` its config identity carries the key
+    id of the provider's current keys (``None`` when the provider cannot state them)."""
+    serializer, deserializer = _build_pair(opts)
+    key_id = serializer.config_key_id() if serializer.frame_version == 1 else None
+    return AesGcmProcessor(serializer, deserializer, int(opts.get("max_workers", 1)),
+                           key_id=key_id, serde_type=SERDE_TYPE)
 
 
 def create_aesgcm_processor(opts: dict[str, Any]) -> SerdeProcessor:
-    """The processor core builds from :func:`create_aesgcm_pair` for validated options."""
+    """The processor core builds for validated options (:func:`build_aesgcm_processor`)."""
     return AESGCM_SPEC.create_processor(SERDE_TYPE, opts)
 
 
 AESGCM_SPEC = SerdeSpec(
-    pair_factory=create_aesgcm_pair,
-    description="AES-GCM encryption at rest; frame v2 binds each frame to its object key, "
-    "v1 is LMCache's frame",
+    factory=build_aesgcm_processor,
+    description="AES-GCM encryption at rest; frame v3 binds each frame to its object key and "
+    "names its key id, v1 is LMCache's frame",
     options=OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
