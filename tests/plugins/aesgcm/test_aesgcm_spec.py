@@ -59,11 +59,11 @@ def test_empty_provider_name(master_key_file: Path) -> None:
         create_serde_processor({"type": "aesgcm", "key_provider": " "})
 
 
-@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 2), ("1", 1), (2.0, 2)])
+@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 2), (1, 1), (2, 2)])
 def test_config_selects_frame_version(master_key_file: Path, frame_version: Any,
                                       first_byte: int) -> None:
     config: dict[str, Any] = {"type": "aesgcm", "master_key_path": str(master_key_file),
-                              "max_workers": "2"}
+                              "max_workers": 2}
     if frame_version is not None:
         config["frame_version"] = frame_version
     proc = create_serde_processor(config)

@@ -147,7 +147,9 @@ AESGCM_SPEC = SerdeSpec(
     options=OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
-    consumes=frozenset(DataKind),
+    # not CIPHERTEXT: a chain encrypts once, in its last stage ([aesgcm, aesgcm] is refused)
+    consumes=frozenset({DataKind.KV_TENSORS, DataKind.BYTES}),
     produces=DataKind.CIPHERTEXT,
+    consumes_hint="aesgcm encrypts once, as the last stage of a chain (e.g. [fp8, aesgcm]).",
     format_version=1,
 )
