@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from lmserde import SerdeOption, create_serde_processor
-from lmserde.options import validate_options
 from lmserde.l2.build import create_l2_adapter
+from lmserde.options import validate_options
 
 INT = SerdeOption("count", int, 1)
 FLOAT = SerdeOption("seconds", float, 1.0)
