@@ -149,14 +149,24 @@ class SerdeSpec:
 
     def create_pair(self, options: dict[str, Any]) -> SerdePair:
         """The pair ``pair_factory`` builds from validated ``options`` (``TypeError`` when the
-        spec has no pair factory or it returns something else). Runs plugin code: callers
-        contain what it raises."""
+        spec has no pair factory, or it returns something other than a :class:`SerdePair` whose
+        serializer has ``serialize`` and ``estimate_serialized_size`` and whose deserializer has
+        ``deserialize``). Runs plugin code: callers contain what it raises."""
         if self.pair_factory is None:
             raise TypeError("this SerdeSpec builds processors (factory), not pairs")
         pair = self.pair_factory(options)
         if not isinstance(pair, SerdePair):
             raise TypeError(
                 f"pair_factory must return an lmserde.SerdePair, got {type(pair).__name__}")
+        for role, obj, methods in (("serializer", pair.serializer,
+                                    ("serialize", "estimate_serialized_size")),
+                                   ("deserializer", pair.deserializer, ("deserialize",))):
+            missing = [m for m in methods if not callable(getattr(obj, m, None))]
+            if missing:
+                raise TypeError(
+                    f"pair_factory returned a SerdePair whose {role} is "
+                    f"{type(obj).__name__} {obj!r:.80}, which has no {', '.join(missing)}; "
+                    f"expected an lmserde.{role.capitalize()}")
         return pair
 
     def workers(self, options: Mapping[str, Any]) -> int:
