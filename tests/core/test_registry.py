@@ -80,7 +80,7 @@ def test_unknown_option_names_accepted_options_and_closest_match() -> None:
         create_serde_processor({"type": "identity", "max_worker": 2})
     message = str(info.value)
     assert "'max_worker'" in message
-    assert "Accepted options: max_workers" in message
+    assert "Accepted options: close_timeout_s, max_workers" in message
     assert "Did you mean 'max_workers'?" in message
 
 

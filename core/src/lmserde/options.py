@@ -14,8 +14,12 @@ __all__ = [
     "SerdeOption",
     "validate_options",
     "max_workers_option",
+    "close_timeout_option",
+    "check_close_timeout",
     "coerce_int",
     "MAX_WORKERS_LIMIT",
+    "DEFAULT_CLOSE_TIMEOUT_S",
+    "MAX_CLOSE_TIMEOUT_S",
 ]
 
 _MISSING: Any = object()
@@ -158,6 +162,40 @@ def max_workers_option(default: int = 1) -> SerdeOption:
         maximum=MAX_WORKERS_LIMIT,
         identity=False,
     )
+
+
+#: Default of :func:`close_timeout_option`: the longest a processor's ``close()`` waits for its
+#: running calls before it returns and reports them as hung.
+DEFAULT_CLOSE_TIMEOUT_S = 10.0
+#: Upper bound of ``close_timeout_s`` (one hour).
+MAX_CLOSE_TIMEOUT_S = 3600.0
+
+
+def close_timeout_option(default: float = DEFAULT_CLOSE_TIMEOUT_S) -> SerdeOption:
+    """The standard ``close_timeout_s`` option: how long the processor's ``close()`` waits.
+
+    ``close()`` waits up to this many seconds for queued and running calls, then returns even
+    if a plugin call never returns: the call is logged as hung (naming the serde, the call and
+    where its thread is) and reported by ``hung_calls()``; its daemon thread is left behind.
+    Seconds in ``[0, MAX_CLOSE_TIMEOUT_S]``; not an identity option.
+    """
+    return SerdeOption(
+        "close_timeout_s",
+        float,
+        float(default),
+        "seconds close() waits for running calls before it returns and reports them as hung",
+        minimum=0.0,
+        maximum=MAX_CLOSE_TIMEOUT_S,
+        identity=False,
+    )
+
+
+def check_close_timeout(value: Any, *, name: str = "close_timeout_s") -> float:
+    """``value`` as the seconds of a close bound: a finite number in ``[0, MAX_CLOSE_TIMEOUT_S]``
+    (``ValueError`` naming ``name`` otherwise)."""
+    bound = SerdeOption(name, float, DEFAULT_CLOSE_TIMEOUT_S, minimum=0.0,
+                        maximum=MAX_CLOSE_TIMEOUT_S)
+    return float(bound.coerce(value))
 
 
 def validate_options(

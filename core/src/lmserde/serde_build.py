@@ -97,6 +97,11 @@ class ResolvedSerde:
         """The worker threads the options ask for (``max_workers``, default 1)."""
         return self.spec.workers(self.options)
 
+    @property
+    def close_timeout_s(self) -> float:
+        """The seconds the processor's ``close()`` waits (``close_timeout_s``, default 10)."""
+        return self.spec.close_timeout(self.options)
+
     def identity_config(self) -> dict[str, Any]:
         """What :meth:`~lmserde.SerdeProcessor.get_config` of the built processor returns."""
         return self.spec.identity_config(self.serde_type, self.options)

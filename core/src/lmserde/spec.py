@@ -177,18 +177,31 @@ class SerdeSpec:
         declared = next((o for o in self.options or () if o.name == "max_workers"), None)
         return int(declared.default) if declared is not None else 1
 
+    def close_timeout(self, options: Mapping[str, Any]) -> float:
+        """The seconds ``close()`` waits for running calls: ``close_timeout_s`` (see
+        :func:`~lmserde.close_timeout_option`), else that option's declared default, else
+        :data:`~lmserde.options.DEFAULT_CLOSE_TIMEOUT_S`."""
+        from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S
+
+        if "close_timeout_s" in options:
+            return float(options["close_timeout_s"])
+        declared = next((o for o in self.options or () if o.name == "close_timeout_s"), None)
+        return float(declared.default) if declared is not None else DEFAULT_CLOSE_TIMEOUT_S
+
     def create_processor(self, serde_type: str, options: dict[str, Any]) -> SerdeProcessor:
         """The processor for validated ``options``: ``factory(options)``, or the one place core
         runs a pair: an :class:`~lmserde.AsyncSerdeProcessor` over :meth:`create_pair` with
-        :meth:`workers` threads, named ``serde_type``. Runs plugin code: callers contain what it
-        raises (:func:`~lmserde.create_serde_processor` does)."""
+        :meth:`workers` threads and a :meth:`close_timeout` bound, named ``serde_type``. Runs
+        plugin code: callers contain what it raises (:func:`~lmserde.create_serde_processor`
+        does)."""
         if self.factory is not None:
             return self.factory(options)
         from lmserde.processor import AsyncSerdeProcessor
 
         pair = self.create_pair(options)
         return AsyncSerdeProcessor(pair.serializer, pair.deserializer, self.workers(options),
-                                   serde_type=serde_type)
+                                   serde_type=serde_type,
+                                   close_timeout_s=self.close_timeout(options))
 
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:

@@ -12,6 +12,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -84,6 +85,7 @@ OPTIONS: tuple[SerdeOption, ...] = (
                 "frame version written: 2 (default, bound to the object key) or 1 (readable by "
                 "LMCache); both are always read", check=_check_frame_version, identity=False),
     max_workers_option(1),
+    close_timeout_option(),
 )
 
 

@@ -964,34 +964,59 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     def close(self) -> None:
         """Stop the poll thread, close inner and serde, release every temporary, close the fds.
 
-        Work already running in the inner adapter or the serde is waited for (never cancelled
-        mid-write); tasks still unfinished are completed as failures (stage ``closed``).
-        Idempotent.
+        Bounded: returns within the serde's ``close_timeout_s`` (default 10 s; see
+        :func:`~lmserde.l2.serde.bounded_close.close_within`) plus ``FINISH_GRACE_S`` (1 s) even
+        if a plugin call (a serde call, the inner adapter's close, a hook) never returns. Work
+        running in the inner adapter or the serde is waited for up to that bound (never
+        cancelled mid-write); a call still running then is logged naming the plugin and
+        the call, and listed in ``report_status()["serde_wrapper"]["hung_at_close"]``; the
+        temporaries it may still write are not returned to L1 (kept, never reused). Tasks still
+        unfinished are completed as failures (stage ``closed``). Idempotent.
         """
+        from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
+
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._loop.stop()
-        for name, closer in (("inner adapter", self._inner.close), ("serde", self._serde.close)):
-            try:
-                closer()
-            except BaseException as exc:  # keep releasing
-                if must_propagate(exc):
-                    raise
-                _log.exception("serde wrapper: closing the %s raised", name)
+        report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
         with self._lock:
+            hung_serde = [task for serde_id, task in (*self._serializing.items(),
+                                                      *self._deserializing.items())
+                          if serde_id in report.serde_task_ids]
+            hung_inner = ([*self._inner_storing.values(), *self._inner_loading.values()]
+                          if report.inner_hung else [])
             stores = list(self._serializing.values()) + list(self._inner_storing.values())
             loads = list(self._inner_loading.values()) + list(self._deserializing.values())
             for table in (self._serializing, self._inner_storing, self._inner_loading,
                           self._deserializing):
                 table.clear()
-        for task in stores:
-            self._release_any(task)
-            self._finish_store(task, L2StoreResult(False, 0), "closed")
-        for task in loads:
-            self._release_any(task)
-            self._finish_load(task, Bitmap(task.num_keys), "closed")
+        kept = {id(task) for task in hung_serde + hung_inner}
+        if kept:
+            _log.error("serde wrapper: %d task(s) keep their L1 temporaries: a plugin call that "
+                       "did not return may still write them", len(kept))
+
+        def fail_unfinished() -> None:  # emits events: a hook that hangs must not hang close
+            for task in stores:
+                if id(task) not in kept:
+                    self._release_any(task)
+                self._finish_store(task, L2StoreResult(False, 0), "closed")
+            for task in loads:
+                if id(task) not in kept:
+                    self._release_any(task)
+                self._finish_load(task, Bitmap(task.num_keys), "closed")
+
+        if stores or loads:
+            where = call_within(fail_unfinished, report.left() + FINISH_GRACE_S,
+                                "lmserde-close-tasks")
+            if where is not None:
+                report.hung.append({"component": "task events", "where": where,
+                                    "what": f"failing the unfinished tasks (a hook that does "
+                                            f"not return?), at {where}"})
+                _log.error("serde wrapper: close() left a thread failing the unfinished tasks, "
+                           "stuck at %s", where)
+        if report.hung:
+            self._metrics.record_hung_at_close(report.hung)
         self._queues.close()
 
     def __enter__(self) -> SerdeL2AdapterWrapper:
