@@ -83,7 +83,7 @@ def _config(**kwargs: Any) -> dict[str, Any]:
 
 
 def test_config_is_canonical_json_of_the_identity_options() -> None:
-    config = _config(level="5", key_path="/secret/k", max_workers=4)
+    config = _config(level=5, key_path="/secret/k", max_workers=4)
     assert config == {
         "type": "t_ident",
         "format_version": 7,

@@ -52,7 +52,7 @@ def test_good_plugin_is_discovered_lazily_and_builds(plugin_site: Callable[..., 
     _install_good(plugin_site)
     assert "tp_good" in get_registered_serde_types()
     assert "lmserde_testplugin_good" not in sys.modules  # scanning imports nothing
-    proc = create_serde_processor({"type": "tp_good", "level": "3", "max_workers": 2.0})
+    proc = create_serde_processor({"type": "tp_good", "level": 3, "max_workers": 2})
     proc.close()
     assert "lmserde_testplugin_good" in sys.modules
     with pytest.raises(ValueError, match="Unknown option 'levle'.*Did you mean 'level'"):

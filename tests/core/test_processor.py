@@ -202,12 +202,12 @@ def test_keys_reach_the_serializer_in_order() -> None:
     assert ser.keys == keys
 
 
-def test_max_workers_accepts_yaml_numbers() -> None:
-    for value in (2, 2.0, "2"):
-        with AsyncSerdeProcessor(RecordingSerializer(), RecordingDeserializer(), value) as p:
-            assert p.max_workers == 2
-    with pytest.raises(ValueError, match="max_workers"):
-        AsyncSerdeProcessor(RecordingSerializer(), RecordingDeserializer(), 0)
+def test_max_workers_is_an_int() -> None:
+    with AsyncSerdeProcessor(RecordingSerializer(), RecordingDeserializer(), 2) as p:
+        assert p.max_workers == 2
+    for value in (0, 2.0, "2"):  # issue #27 case 8: 2.0 and "2" are not ints
+        with pytest.raises(ValueError, match="max_workers"):
+            AsyncSerdeProcessor(RecordingSerializer(), RecordingDeserializer(), value)
 
 
 def test_two_workers_run_tasks_concurrently() -> None:

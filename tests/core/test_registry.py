@@ -61,16 +61,15 @@ def test_unknown_type_of_a_shipped_plugin_gets_a_pip_hint(monkeypatch: Any) -> N
         create_serde_processor(SerdeConfig("zstd"))
 
 
-@pytest.mark.parametrize("value", [2, 2.0, "2"])
-def test_max_workers_accepts_yaml_numbers(value: Any) -> None:
-    proc = create_serde_processor({"type": "identity", "max_workers": value})
+def test_max_workers_accepts_an_int() -> None:
+    proc = create_serde_processor({"type": "identity", "max_workers": 2})
     try:
         assert proc.max_workers == 2  # type: ignore[attr-defined]
     finally:
         proc.close()
 
 
-@pytest.mark.parametrize("value", [1.5, True, "two", 0])
+@pytest.mark.parametrize("value", [1.5, 2.0, "2", True, "two", 0])
 def test_max_workers_rejects_nonsense(value: Any) -> None:
     with pytest.raises(ValueError, match="max_workers"):
         create_serde_processor({"type": "identity", "max_workers": value})
@@ -81,7 +80,7 @@ def test_unknown_option_names_accepted_options_and_closest_match() -> None:
         create_serde_processor({"type": "identity", "max_worker": 2})
     message = str(info.value)
     assert "'max_worker'" in message
-    assert "Accepted options: max_workers" in message
+    assert "Accepted options: close_timeout_s, max_workers" in message
     assert "Did you mean 'max_workers'?" in message
 
 
@@ -135,7 +134,7 @@ def test_spec_options_are_validated_coerced_and_defaulted(registered: list[str])
     )
     register_serde_factory("test_spec", spec)
     registered.append("test_spec")
-    create_serde_processor({"type": "test_spec", "level": "4", "strict": "true"}).close()
+    create_serde_processor({"type": "test_spec", "level": 4, "strict": "true"}).close()
     assert received == [{"mode": "fast", "level": 4, "ratio": 0.5, "strict": True,
                          "max_workers": 1}]
     with pytest.raises(ValueError, match="'mode' must be one of 'fast', 'slow'"):

@@ -173,8 +173,9 @@ def test_serde_config_parsing_and_its_errors_live_in_one_place() -> None:
             create_serde_chain([{"type": "identity"}, bad])
         with pytest.raises(ValueError, match="'serde' dict must include a 'type' field"):
             create_l2_adapter({"type": "memory", "serde": bad}, L1Manager(1 << 20))
-    resolved = resolve_serde({"type": "identity", "max_workers": "2"})
-    assert resolved.options == {"max_workers": 2} and resolved.max_workers == 2
+    resolved = resolve_serde({"type": "identity", "max_workers": 2})
+    assert resolved.options == {"max_workers": 2, "close_timeout_s": 10.0}
+    assert resolved.max_workers == 2 and resolved.close_timeout_s == 10.0
     assert resolved.size_contract is SerdeSizeContract.EXACT
 
 

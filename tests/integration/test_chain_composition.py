@@ -44,7 +44,7 @@ def test_shipped_specs_declare_what_they_consume_and_produce() -> None:
     for name in ("fp8", "turboquant", "asym_k16_v8", "asym_k16_v8_v_only"):
         spec = get_serde_spec(name)
         assert spec.consumes == frozenset({DataKind.KV_TENSORS}) and spec.consumes_hint
-    assert get_serde_spec("aesgcm").consumes == frozenset(DataKind)
+    assert get_serde_spec("aesgcm").consumes == frozenset({DataKind.KV_TENSORS, DataKind.BYTES})
     assert get_serde_spec("aesgcm").produces is DataKind.CIPHERTEXT
     assert get_serde_spec("identity").consumes == frozenset(DataKind)
 
@@ -70,6 +70,26 @@ def test_bad_chains_fail_in_create_l2_adapter(names: list[str], stage: str, got:
         validate_serde_config(_stages(names, key_file))
 
 
+@pytest.mark.parametrize(("names", "stage"), [
+    (["aesgcm", "aesgcm"], "stage 2 ('aesgcm')"),
+    (["fp8", "aesgcm", "aesgcm"], "stage 3 ('aesgcm')"),
+    (["aesgcm"] * 10, "stage 2 ('aesgcm')"),
+])
+def test_encrypting_twice_is_refused_at_config_time(names: list[str], stage: str,
+                                                    key_file: Path, tmp_path: Path) -> None:
+    """Issue #27 case 8: aesgcm chained again (up to ten times) was accepted."""
+    for build in (lambda: create_serde_chain(_stages(names, key_file)),
+                  lambda: create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "kv"),
+                                             "serde": _stages(names, key_file)},
+                                            L1Manager(1 << 20))):
+        with pytest.raises(ValueError) as info:
+            build()
+        message = str(info.value)
+        assert stage in message and "receives ciphertext" in message
+        assert "use one encryption stage" in message
+    assert not (tmp_path / "kv").exists()  # refused before the adapter was built
+
+
 @pytest.mark.parametrize("names", [["fp8", "aesgcm"], ["turboquant", "aesgcm"],
                                    ["asym_k16_v8", "aesgcm"], ["identity", "aesgcm"],
                                    ["fp8", "identity", "aesgcm"]])
@@ -91,7 +111,7 @@ def test_lmserde_info_shows_kinds_and_identity(capsys: pytest.CaptureFixture[str
 
     assert info_command.run(argparse.Namespace(type="aesgcm", json=True)) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["consumes"] == ["bytes", "ciphertext", "kv_tensors"]
+    assert data["consumes"] == ["bytes", "kv_tensors"]
     assert data["produces"] == "ciphertext" and data["format_version"] == 1
     options = {o["name"]: o for o in data["options"]}
     assert options["master_key_path"]["identity"] is False

@@ -162,7 +162,7 @@ def test_registered_factories_validate_options_like_lmserde() -> None:
     installed("identity")
     registry = FakeRegistry()
     name = register_lmserde_serdes(registry=registry).lmcache_name("identity")
-    processor = registry.factories[name]({"max_workers": "2"})
+    processor = registry.factories[name]({"max_workers": 2})
     try:
         assert isinstance(processor, LMCacheProcessorBridge)
         assert processor.serde_type == "identity" and processor.pad_to_estimate is False

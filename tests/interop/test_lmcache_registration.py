@@ -44,7 +44,7 @@ def test_lmcache_builds_bridged_processors_with_lmserde_validation() -> None:
 
     name = register_lmserde_serdes().lmcache_name("fp8")
     processor = theirs.create_serde_processor(
-        theirs.SerdeConfig(type=name, kwargs={"fp8_dtype": "float8_e5m2", "max_workers": 2.0}))
+        theirs.SerdeConfig(type=name, kwargs={"fp8_dtype": "float8_e5m2", "max_workers": 2}))
     try:
         assert isinstance(processor, LMCacheProcessorBridge)
         assert processor.serde_type == "fp8"

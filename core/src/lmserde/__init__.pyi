@@ -47,9 +47,11 @@ from .multi import validate_group_size as validate_group_size
 from .observability import SerdeTaskEvent as SerdeTaskEvent
 from .observability import WrapperTaskEvent as WrapperTaskEvent
 from .options import SerdeOption as SerdeOption
+from .options import close_timeout_option as close_timeout_option
 from .options import max_workers_option as max_workers_option
 from .plugin_discovery import PluginLoadError as PluginLoadError
 from .processor import AsyncSerdeProcessor as AsyncSerdeProcessor
+from .processor import HungCall as HungCall
 from .processor import TaskOutcome as TaskOutcome
 from .registry import create_serde_processor as create_serde_processor
 from .registry import get_registered_serde_types as get_registered_serde_types

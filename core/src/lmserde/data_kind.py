@@ -39,7 +39,9 @@ def check_chain_composition(stages: Sequence[tuple[str, SerdeSpec]]) -> None:
     ``stages`` are ``(type name, spec)`` in store order. The first stage receives
     ``KV_TENSORS``; each later stage receives the previous stage's ``produces``. The message
     names the stage (position and type), what it got, what it accepts, the spec's
-    ``consumes_hint`` and, after encryption, where the stage belongs instead.
+    ``consumes_hint`` and, after encryption, where the stage belongs instead (a second
+    encryption stage — one that does not consume but produces ``CIPHERTEXT`` — is told to use a
+    single encryption stage).
     """
     received = DataKind.KV_TENSORS
     previous = "the KV cache"
@@ -52,7 +54,12 @@ def check_chain_composition(stages: Sequence[tuple[str, SerdeSpec]]) -> None:
             )
             if spec.consumes_hint:
                 message += f" {spec.consumes_hint}"
-            if received is DataKind.CIPHERTEXT:
+            if received is DataKind.CIPHERTEXT and spec.produces is DataKind.CIPHERTEXT:
+                message += (
+                    " Encrypting ciphertext again adds no protection and only grows every "
+                    "object: use one encryption stage, the last of the chain."
+                )
+            elif received is DataKind.CIPHERTEXT:
                 message += (
                     f" Compressing or quantizing after encryption is pointless (ciphertext does "
                     f"not compress and is not KV data): put '{name}' before the encryption stage."

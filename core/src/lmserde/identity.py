@@ -21,7 +21,7 @@ from lmserde.install_hints import SERDE_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
-from lmserde.options import max_workers_option
+from lmserde.options import close_timeout_option, max_workers_option
 from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
 
 __all__ = ["IdentitySerializer", "IdentityDeserializer", "IDENTITY_SPEC"]
@@ -89,7 +89,7 @@ def _identity_pair(options: dict[str, Any]) -> SerdePair:
 IDENTITY_SPEC = SerdeSpec(
     pair_factory=_identity_pair,
     description=BUILTIN_FACTS[SERDE_GROUP]["identity"].description,
-    options=(max_workers_option(1),),
+    options=(max_workers_option(1), close_timeout_option()),
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
 )

@@ -14,8 +14,12 @@ __all__ = [
     "SerdeOption",
     "validate_options",
     "max_workers_option",
+    "close_timeout_option",
+    "check_close_timeout",
     "coerce_int",
     "MAX_WORKERS_LIMIT",
+    "DEFAULT_CLOSE_TIMEOUT_S",
+    "MAX_CLOSE_TIMEOUT_S",
 ]
 
 _MISSING: Any = object()
@@ -23,35 +27,31 @@ _log = logging.getLogger(__name__)
 
 
 def coerce_int(value: Any, *, name: str) -> int:
-    """Accept ints, integral floats (``2.0``) and integer strings (``"2"``); reject bools."""
-    if isinstance(value, bool):
-        raise ValueError(f"option '{name}' must be an integer, got a boolean ({value!r})")
-    if isinstance(value, int):
+    """``value`` if it is an ``int``; ``ValueError`` naming the option for anything else.
+
+    Strict: a ``bool``, a float (even ``2.0``) and a string (even ``"2"``) are refused, so a
+    config that says ``"1e3"`` or ``2.5`` for a count is an error, not a guess.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
-            return int(value)
-        raise ValueError(f"option '{name}' must be an integer, got {value!r}")
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
-            try:
-                as_float = float(text)
-            except ValueError:
-                raise ValueError(f"option '{name}' must be an integer, got {value!r}") from None
-            return coerce_int(as_float, name=name)
-    raise ValueError(f"option '{name}' must be an integer, got {type(value).__name__} {value!r}")
+    raise ValueError(
+        f"option '{name}' must be an integer (int), got {_describe_value(value)}"
+    )
 
 
 def _coerce_float(value: Any, *, name: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"option '{name}' must be a number, got a boolean ({value!r})")
-    try:
+    """``value`` as a ``float`` when it is an ``int`` or a ``float``; ``ValueError`` naming the
+    option for anything else (a ``bool`` or a string such as ``"2.5"`` included)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"option '{name}' must be a number, got {value!r}") from None
+    raise ValueError(
+        f"option '{name}' must be a number (int or float), got {_describe_value(value)}"
+    )
+
+
+def _describe_value(value: Any) -> str:
+    """``"str '2'"``: the type and the value, for an error message."""
+    return f"{type(value).__name__} {value!r}"
 
 
 def _coerce_bool(value: Any, *, name: str) -> bool:
@@ -82,8 +82,10 @@ _COERCERS: dict[type, Callable[..., Any]] = {
 class SerdeOption:
     """One option a serde accepts in its config dict.
 
-    ``type`` is ``int``, ``float``, ``bool``, ``str`` or ``object`` (passed through). Numbers from
-    YAML/JSON are accepted where the meaning is clear (``"2"`` and ``2.0`` for an int). ``choices``
+    ``type`` is ``int``, ``float``, ``bool``, ``str`` or ``object`` (passed through). Numbers are
+    taken as the declared type only: an ``int`` option accepts an ``int`` (not ``2.0``, ``"2"``
+    or ``True``), a ``float`` option an ``int`` or a ``float`` (not a string or a ``bool``);
+    anything else is a ``ValueError`` naming the option, the value and the expected type. ``choices``
     restricts the value; ``check`` may raise ``ValueError`` for anything else that is invalid;
     ``minimum`` and ``maximum`` bound numbers (inclusive). A ``float`` option rejects NaN and
     +-infinity unless ``allow_nonfinite`` is set. ``required`` options have no default.
@@ -160,6 +162,40 @@ def max_workers_option(default: int = 1) -> SerdeOption:
         maximum=MAX_WORKERS_LIMIT,
         identity=False,
     )
+
+
+#: Default of :func:`close_timeout_option`: the longest a processor's ``close()`` waits for its
+#: running calls before it returns and reports them as hung.
+DEFAULT_CLOSE_TIMEOUT_S = 10.0
+#: Upper bound of ``close_timeout_s`` (one hour).
+MAX_CLOSE_TIMEOUT_S = 3600.0
+
+
+def close_timeout_option(default: float = DEFAULT_CLOSE_TIMEOUT_S) -> SerdeOption:
+    """The standard ``close_timeout_s`` option: how long the processor's ``close()`` waits.
+
+    ``close()`` waits up to this many seconds for queued and running calls, then returns even
+    if a plugin call never returns: the call is logged as hung (naming the serde, the call and
+    where its thread is) and reported by ``hung_calls()``; its daemon thread is left behind.
+    Seconds in ``[0, MAX_CLOSE_TIMEOUT_S]``; not an identity option.
+    """
+    return SerdeOption(
+        "close_timeout_s",
+        float,
+        float(default),
+        "seconds close() waits for running calls before it returns and reports them as hung",
+        minimum=0.0,
+        maximum=MAX_CLOSE_TIMEOUT_S,
+        identity=False,
+    )
+
+
+def check_close_timeout(value: Any, *, name: str = "close_timeout_s") -> float:
+    """``value`` as the seconds of a close bound: a finite number in ``[0, MAX_CLOSE_TIMEOUT_S]``
+    (``ValueError`` naming ``name`` otherwise)."""
+    bound = SerdeOption(name, float, DEFAULT_CLOSE_TIMEOUT_S, minimum=0.0,
+                        maximum=MAX_CLOSE_TIMEOUT_S)
+    return float(bound.coerce(value))
 
 
 def validate_options(

@@ -130,6 +130,7 @@ from lmserde import (
     SerdeSpec,
     Serializer,
     as_byte_tensor,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -197,6 +198,7 @@ $spec = SerdeSpec(
     options=(
         SerdeOption("verify", bool, True, "check the CRC-32 trailer on load"),
         max_workers_option(1),
+        close_timeout_option(),
     ),
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,

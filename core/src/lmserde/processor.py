@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,21 +13,28 @@ from lmserde.base import Deserializer, SerdeProcessor, SerdeTaskId, Serializer
 from lmserde.completion_queue import CompletionQueue, TaskIdSource
 from lmserde.containment import describe_exception
 from lmserde.hooks import emit_serde_task_event, load_hook_plugins
+from lmserde.hung_calls import HungCall, serde_origin
+from lmserde.hung_calls import describe_key as _describe_key
 from lmserde.keys import ObjectKey
-from lmserde.memory import as_byte_tensor
 from lmserde.multi import (
-    GroupSlotView,
     MultiDeserializer,
     MultiSerializer,
     check_group_size,
     item_size,
 )
 from lmserde.observability import SerdeTaskEvent
-from lmserde.options import coerce_int
+from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S, check_close_timeout, coerce_int
+from lmserde.processor_items import (
+    SerializedSizeError,
+    check_serialized_size,
+    scrub_destination,
+)
+from lmserde.processor_items import capacity_of as _capacity
 from lmserde.spec import SerdePair
+from lmserde.worker_pool import DaemonWorkerPool, RunningCall
 
 __all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
-           "check_serialized_size", "scrub_destination"]
+           "HungCall", "check_serialized_size", "scrub_destination"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +68,8 @@ class ProcessorMetrics:
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    #: Calls still running when ``close()`` gave up waiting (see :meth:`AsyncSerdeProcessor.close`).
+    hung_calls: int = 0
 
 
 def _logical_size(obj: Any) -> int:
@@ -74,58 +82,6 @@ def _logical_size(obj: Any) -> int:
 
 class _ItemNeverRan(RuntimeError):
     """Placeholder error of an item the worker never reached (replaced when the item runs)."""
-
-
-class SerializedSizeError(ValueError):
-    """A serializer returned something other than a byte count within its destination."""
-
-
-def _capacity(dst: Any) -> int | None:
-    """Bytes a serialize destination can hold (``None`` when it cannot be told)."""
-    if dst is None or isinstance(dst, tuple):
-        return None
-    if not callable(getattr(dst, "get_size", None)) and getattr(dst, "tensor", None) is None:
-        return None
-    try:
-        return item_size(dst)
-    except Exception:
-        return None
-
-
-def check_serialized_size(serde_type: str, n: Any, capacity: int | None) -> int:
-    """``n`` if it is a valid byte count for a destination of ``capacity`` bytes."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise SerializedSizeError(
-            f"serde {serde_type}: serialize returned {type(n).__name__} {n!r}; it must return the "
-            "number of bytes written (an int)"
-        )
-    if n < 0:
-        raise SerializedSizeError(
-            f"serde {serde_type}: serialize returned {n}, a negative byte count"
-        )
-    if capacity is not None and n > capacity:
-        raise SerializedSizeError(
-            f"serde {serde_type}: serialize returned {n} bytes, more than its destination holds "
-            f"({capacity} bytes)"
-        )
-    return int(n)
-
-
-def scrub_destination(dst: Any) -> None:
-    """Zero a deserialize destination (an object, a slot view or a tuple of them) whose data must
-    not be used, so no partial data survives; best effort, never raises."""
-    for obj in dst if isinstance(dst, tuple) else (dst,):
-        if obj is None:
-            continue
-        try:
-            if isinstance(obj, GroupSlotView):
-                obj.group_bytes().zero_()
-            elif hasattr(obj, "byte_array"):
-                as_byte_tensor(obj).zero_()
-            elif getattr(obj, "tensor", None) is not None:
-                obj.tensor.zero_()
-        except BaseException:  # best effort on a worker thread
-            _log.debug("could not scrub destination %r", obj, exc_info=True)
 
 
 class AsyncSerdeProcessor(SerdeProcessor):
@@ -143,6 +99,13 @@ class AsyncSerdeProcessor(SerdeProcessor):
     only when every item returned normally.
     ``query_*_outcome`` gives per-item outcomes; ``query_*_result`` the upstream bool. Both take the
     result (exactly once). Multi serdes work the same way with tuples as items.
+
+    Shutdown is bounded: :meth:`close` waits at most ``close_timeout_s`` seconds (default
+    :data:`~lmserde.options.DEFAULT_CLOSE_TIMEOUT_S`) for queued and running tasks. A call still
+    running then (a serializer that never returns) is logged as an error naming the serde, its
+    distribution, the call and where its thread is, reported by :meth:`hung_calls` and counted in
+    ``metrics()[direction].hung_calls``; its worker is a daemon thread, left behind, that never
+    delays the interpreter's exit. Tasks not started by then complete as failed.
     """
 
     reports_item_outcomes = True
@@ -154,10 +117,12 @@ class AsyncSerdeProcessor(SerdeProcessor):
         max_workers: int = 1,
         *,
         serde_type: str = "unknown",
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
     ) -> None:
         workers = coerce_int(max_workers, name="max_workers")
         if workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers!r}")
+        self.close_timeout_s = check_close_timeout(close_timeout_s)
         if isinstance(serializer, MultiSerializer):
             check_group_size(serializer.group_size, owner=type(serializer).__name__)
         if isinstance(deserializer, MultiDeserializer):
@@ -168,8 +133,8 @@ class AsyncSerdeProcessor(SerdeProcessor):
         ids = TaskIdSource()
         self._queues = {SERIALIZE: CompletionQueue[TaskOutcome](ids),
                         DESERIALIZE: CompletionQueue[TaskOutcome](ids)}
-        self._pool = ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix=f"lmserde-{serde_type}")
+        self._hung: tuple[HungCall, ...] = ()
+        self._pool = DaemonWorkerPool(workers, f"lmserde-{serde_type}")
         self._metrics = {SERIALIZE: ProcessorMetrics(), DESERIALIZE: ProcessorMetrics()}
         self._metrics_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -191,7 +156,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
 
     @property
     def max_workers(self) -> int:
-        return self._pool._max_workers
+        return self._pool.workers
 
     def get_serialize_event_fd(self) -> int:
         return self._queues[SERIALIZE].fileno()
@@ -269,8 +234,9 @@ class AsyncSerdeProcessor(SerdeProcessor):
                 )
             queue = self._queues[direction]
             task_id = queue.new_task_id()
-            self._pool.submit(self._run_task, direction, task_id, list(srcs), list(dsts),
-                              list(keys))
+            args = (direction, task_id, list(srcs), list(dsts), list(keys))
+            self._pool.submit(lambda: self._run_task(*args), label=f"{direction} task {task_id}",
+                              info=args)
         return task_id
 
     # -- worker ---------------------------------------------------------------------------------
@@ -326,6 +292,7 @@ class AsyncSerdeProcessor(SerdeProcessor):
         a non-negative ``int`` (not a ``bool``) no larger than the destination's size; anything
         else fails the item and nothing is narrowed.
         """
+        self._pool.note(f"{direction} of key {_describe_key(key)}")
         try:
             if direction == SERIALIZE:
                 capacity = _capacity(dst)
@@ -372,15 +339,47 @@ class AsyncSerdeProcessor(SerdeProcessor):
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
-        """Wait for running and queued tasks, stop the workers, close both fds. Idempotent."""
+    def hung_calls(self) -> tuple[HungCall, ...]:
+        """The calls :meth:`close` left running (``()`` before close, or when none hung)."""
+        return self._hung
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Wait for running and queued tasks, stop the workers, close both fds. Idempotent.
+
+        Waits at most ``timeout_s`` seconds (default: the ``close_timeout_s`` the processor was
+        built with). Then it returns even if a serde call has not: each such call is logged
+        as an error and kept in :meth:`hung_calls` (its daemon thread is left behind; whatever
+        it returns later is dropped), and tasks that had not started complete as failed.
+        """
+        bound = self.close_timeout_s if timeout_s is None else check_close_timeout(
+            timeout_s, name="timeout_s")
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=True)
+        result = self._pool.shutdown(bound)
+        for direction, task_id, srcs, dsts, keys in result.abandoned:
+            count = max(len(srcs), len(dsts), len(keys))
+            error = RuntimeError(f"serde {self.serde_type}: {direction} task {task_id} never ran: "
+                                 "the processor was closed")
+            self._queues[direction].complete(task_id, TaskOutcome(False, (error,) * count))
+        self._hung = tuple(self._describe_hung(call, bound) for call in result.hung)
+        if self._hung:
+            with self._metrics_lock:
+                for call in self._hung:
+                    self._metrics[call.direction].hung_calls += 1
+        for call in self._hung:
+            _log.error("close() of processor %r returned after %g s with a plugin call still "
+                       "running (left on a daemon thread): %s", self.serde_type, bound,
+                       call.describe())
         self._queues[SERIALIZE].close()
         self._queues[DESERIALIZE].close()
+
+    def _describe_hung(self, call: RunningCall, bound: float) -> HungCall:
+        direction, task_id = call.info[0], call.info[1]
+        return HungCall(serde_type=self.serde_type, origin=serde_origin(self.serde_type),
+                        direction=direction, task_id=task_id, call=call.label,
+                        seconds=call.seconds, where=call.where(), thread=call.thread.name)
 
     def __enter__(self) -> AsyncSerdeProcessor:
         return self

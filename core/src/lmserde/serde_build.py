@@ -15,10 +15,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
+from lmserde.plugin_discovery import PluginLoadError
 from lmserde.registries import SERDES
 from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
 
-__all__ = ["as_serde_config", "resolve_serde", "ResolvedSerde", "BuiltPair"]
+__all__ = ["as_serde_config", "resolve_serde", "ResolvedSerde", "BuiltPair",
+           "PROCESSOR_METHODS", "check_built_processor"]
+
+#: What an object needs to serve as a processor when it is not a
+#: :class:`~lmserde.SerdeProcessor` (an upstream, duck-typed one): these methods, callable.
+PROCESSOR_METHODS = ("get_serialize_event_fd", "get_deserialize_event_fd", "submit_serialize",
+                     "query_serialize_result", "submit_deserialize", "query_deserialize_result",
+                     "estimate_serialized_size", "close")
+
+
+def check_built_processor(serde_type: str, obj: Any) -> Any:
+    """``obj`` if a factory for ``serde_type`` may return it, else :class:`PluginLoadError`.
+
+    A :class:`~lmserde.SerdeProcessor` is accepted, and so is a duck-typed upstream processor
+    with every method of :data:`PROCESSOR_METHODS`. Anything else (``None``, a pair, a dict) is a
+    plugin error naming the plugin, its origin, what it returned and what was expected, instead
+    of an ``AttributeError`` the first time the object is used.
+    """
+    if isinstance(obj, SerdeProcessor):
+        return obj
+    missing = [m for m in PROCESSOR_METHODS if not callable(getattr(obj, m, None))]
+    if not missing:
+        return obj
+    shown = repr(obj)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise PluginLoadError(
+        f"serde '{serde_type}' ({SERDES.origin(serde_type)}) failed to build: its factory "
+        f"returned {type(obj).__name__} {shown}, expected an lmserde.SerdeProcessor (or an "
+        f"object with the processor methods; missing: {', '.join(missing)})"
+    )
 
 
 def as_serde_config(value: SerdeConfig | Mapping[str, Any] | Any) -> SerdeConfig:
@@ -67,6 +97,11 @@ class ResolvedSerde:
         """The worker threads the options ask for (``max_workers``, default 1)."""
         return self.spec.workers(self.options)
 
+    @property
+    def close_timeout_s(self) -> float:
+        """The seconds the processor's ``close()`` waits (``close_timeout_s``, default 10)."""
+        return self.spec.close_timeout(self.options)
+
     def identity_config(self) -> dict[str, Any]:
         """What :meth:`~lmserde.SerdeProcessor.get_config` of the built processor returns."""
         return self.spec.identity_config(self.serde_type, self.options)
@@ -77,10 +112,11 @@ class ResolvedSerde:
 
         Whatever the plugin code raises (any ``BaseException``; only a main-thread
         ``KeyboardInterrupt`` propagates) is a :class:`~lmserde.PluginLoadError` naming the
-        plugin, its distribution and version, exception chained.
+        plugin, its distribution and version, exception chained; so is a factory that returns
+        something that is not a processor (:func:`check_built_processor`).
         """
-        processor = SERDES.build(
-            self.serde_type, lambda: self.spec.create_processor(self.serde_type, self.options))
+        processor = check_built_processor(self.serde_type, SERDES.build(
+            self.serde_type, lambda: self.spec.create_processor(self.serde_type, self.options)))
         if not isinstance(processor, SerdeProcessor):
             return processor  # a duck-typed upstream processor: nothing to attach to
         try:

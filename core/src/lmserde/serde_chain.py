@@ -47,6 +47,7 @@ from lmserde.multi import (
     MultiSerializer,
     layout_desc_to_group,
 )
+from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S
 from lmserde.processor import AsyncSerdeProcessor, check_serialized_size
 from lmserde.registries import SERDES
 from lmserde.serde_build import BuiltPair, ResolvedSerde, as_serde_config
@@ -308,6 +309,7 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
         max_workers: int = 1,
         *,
         owned: Sequence[SerdeProcessor] = (),
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
     ) -> None:
         if not stages:
             raise ValueError("a serde chain needs at least one stage")
@@ -340,7 +342,8 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
             else SerdeSizeContract.EXACT)
         self._owned = list(owned)
         super().__init__(serializer, deserializer, max_workers,
-                         serde_type="+".join(s.name for s in stages))
+                         serde_type="+".join(s.name for s in stages),
+                         close_timeout_s=close_timeout_s)
 
     @property
     def stage_types(self) -> tuple[str, ...]:
@@ -356,8 +359,9 @@ class SerdeChainProcessor(AsyncSerdeProcessor):
         """The last stage's: its bytes are what the chain writes."""
         return bool(self.stages[-1].serializer.authenticates_output)
 
-    def close(self) -> None:
-        super().close()
+    def close(self, timeout_s: float | None = None) -> None:
+        """Close the chain (bounded like any processor's), then the ``owned`` processors."""
+        super().close(timeout_s)
         owned, self._owned = self._owned, []
         for proc in owned:
             proc.close()
@@ -397,14 +401,16 @@ def build_serde_chain(stages: Sequence[ResolvedSerde]) -> SerdeChainProcessor:
 
     Each stage contributes its synchronous pair (:meth:`~lmserde.serde_build.ResolvedSerde.build_pair`):
     a spec with a ``pair_factory`` builds only the pair; a factory-only spec's processor is built
-    for its pair and closed with the chain. The chain runs with the largest ``max_workers`` of
-    its stages; its :meth:`~SerdeChainProcessor.get_config` lists the stages' identity configs.
+    for its pair and closed with the chain. The chain runs with the largest ``max_workers`` and
+    the largest ``close_timeout_s`` of its stages; its
+    :meth:`~SerdeChainProcessor.get_config` lists the stages' identity configs.
     Nothing is leaked when a stage fails to build.
     """
     built: list[BuiltPair] = []
     try:
         chain_stages: list[ChainStage] = []
         workers = 1
+        close_timeout = max(stage.close_timeout_s for stage in stages)
         for stage in stages:
             part = stage.build_pair()
             built.append(part)
@@ -415,7 +421,8 @@ def build_serde_chain(stages: Sequence[ResolvedSerde]) -> SerdeChainProcessor:
             workers = max(workers, owner.max_workers if isinstance(owner, AsyncSerdeProcessor)
                           else stage.max_workers)
         return SerdeChainProcessor(chain_stages, workers,
-                                   owned=[p.owner for p in built if p.owner is not None])
+                                   owned=[p.owner for p in built if p.owner is not None],
+                                   close_timeout_s=close_timeout)
     except BaseException:
         for part in built:
             if part.owner is not None:

@@ -149,14 +149,24 @@ class SerdeSpec:
 
     def create_pair(self, options: dict[str, Any]) -> SerdePair:
         """The pair ``pair_factory`` builds from validated ``options`` (``TypeError`` when the
-        spec has no pair factory or it returns something else). Runs plugin code: callers
-        contain what it raises."""
+        spec has no pair factory, or it returns something other than a :class:`SerdePair` whose
+        serializer has ``serialize`` and ``estimate_serialized_size`` and whose deserializer has
+        ``deserialize``). Runs plugin code: callers contain what it raises."""
         if self.pair_factory is None:
             raise TypeError("this SerdeSpec builds processors (factory), not pairs")
         pair = self.pair_factory(options)
         if not isinstance(pair, SerdePair):
             raise TypeError(
                 f"pair_factory must return an lmserde.SerdePair, got {type(pair).__name__}")
+        for role, obj, methods in (("serializer", pair.serializer,
+                                    ("serialize", "estimate_serialized_size")),
+                                   ("deserializer", pair.deserializer, ("deserialize",))):
+            missing = [m for m in methods if not callable(getattr(obj, m, None))]
+            if missing:
+                raise TypeError(
+                    f"pair_factory returned a SerdePair whose {role} is "
+                    f"{type(obj).__name__} {obj!r:.80}, which has no {', '.join(missing)}; "
+                    f"expected an lmserde.{role.capitalize()}")
         return pair
 
     def workers(self, options: Mapping[str, Any]) -> int:
@@ -167,18 +177,31 @@ class SerdeSpec:
         declared = next((o for o in self.options or () if o.name == "max_workers"), None)
         return int(declared.default) if declared is not None else 1
 
+    def close_timeout(self, options: Mapping[str, Any]) -> float:
+        """The seconds ``close()`` waits for running calls: ``close_timeout_s`` (see
+        :func:`~lmserde.close_timeout_option`), else that option's declared default, else
+        :data:`~lmserde.options.DEFAULT_CLOSE_TIMEOUT_S`."""
+        from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S
+
+        if "close_timeout_s" in options:
+            return float(options["close_timeout_s"])
+        declared = next((o for o in self.options or () if o.name == "close_timeout_s"), None)
+        return float(declared.default) if declared is not None else DEFAULT_CLOSE_TIMEOUT_S
+
     def create_processor(self, serde_type: str, options: dict[str, Any]) -> SerdeProcessor:
         """The processor for validated ``options``: ``factory(options)``, or the one place core
         runs a pair: an :class:`~lmserde.AsyncSerdeProcessor` over :meth:`create_pair` with
-        :meth:`workers` threads, named ``serde_type``. Runs plugin code: callers contain what it
-        raises (:func:`~lmserde.create_serde_processor` does)."""
+        :meth:`workers` threads and a :meth:`close_timeout` bound, named ``serde_type``. Runs
+        plugin code: callers contain what it raises (:func:`~lmserde.create_serde_processor`
+        does)."""
         if self.factory is not None:
             return self.factory(options)
         from lmserde.processor import AsyncSerdeProcessor
 
         pair = self.create_pair(options)
         return AsyncSerdeProcessor(pair.serializer, pair.deserializer, self.workers(options),
-                                   serde_type=serde_type)
+                                   serde_type=serde_type,
+                                   close_timeout_s=self.close_timeout(options))
 
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:

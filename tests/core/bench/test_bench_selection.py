@@ -78,7 +78,9 @@ def test_parse_serde_arg_round_trips_json_objects(options: dict[str, Any]) -> No
 
 
 def test_validation_uses_the_registry_messages() -> None:
-    validate_serde_config({"type": "identity", "max_workers": "2"})
+    validate_serde_config({"type": "identity", "max_workers": 2})
+    with pytest.raises(BenchInputError, match="'max_workers' must be an integer"):
+        validate_serde_config({"type": "identity", "max_workers": "2"})
     with pytest.raises(BenchInputError, match="Unknown serde type 'nope'. Registered: .*identity"):
         validate_serde_config({"type": "nope"})
     with pytest.raises(BenchInputError, match="Unknown option 'maxworkers'.*Did you mean 'max_workers'"):

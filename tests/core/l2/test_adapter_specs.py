@@ -79,7 +79,7 @@ def test_adapter_options_are_validated(tmp_path: Path, l1: L1Manager) -> None:
                            "load_miss_rate": 2}, l1)
     with pytest.raises(ValueError, match="'inner' must be an adapter spec dict"):
         create_l2_adapter({"type": "fault", "inner": "memory"}, l1)
-    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "io_workers": "3",
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "io_workers": 3,
                                  "fsync": "true"}, l1)
     try:
         assert isinstance(adapter, FSL2Adapter)
@@ -199,7 +199,7 @@ def test_third_party_adapter_types_are_discovered(plugin_site: Callable[..., Pat
                 modules={"lmserde_testplugin_tiny": PLUGIN,
                          "lmserde_testplugin_broken": "raise ImportError('missing dep')"})
     rescan_l2_adapter_plugins()
-    adapter = create_l2_adapter({"type": "tiny", "limit": "2048", "serde": {"type": "identity"}},
+    adapter = create_l2_adapter({"type": "tiny", "limit": 2048, "serde": {"type": "identity"}},
                                 l1)
     try:
         assert adapter.adapter_type == "tiny"

@@ -218,7 +218,7 @@ def test_stale_tmp_seconds_option_reaches_the_adapter(tmp_path: Path) -> None:
     (tmp_path / "l2" / ".tmp").mkdir(parents=True)
     _touch(tmp_path / "l2" / ".tmp" / "4242-0123456789ab-0.tmp", 200)  # default 3600 keeps it
     adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "l2"),
-                                 "stale_tmp_seconds": "120"})
+                                 "stale_tmp_seconds": 120})
     try:
         status = adapter.report_status()
         assert status["stale_tmp_seconds"] == 120.0 and status["tmp_removed"] == 1

@@ -33,7 +33,7 @@ class TestAesGcmFrameV1Conformance(_AesGcmKit):
 
 
 class TestAesGcm256Conformance(_AesGcmKit):
-    extra_kwargs: ClassVar[dict[str, Any]] = {"aes_bits": 256.0}
+    extra_kwargs: ClassVar[dict[str, Any]] = {"aes_bits": 256}
 
 
 class TestAesGcmKeyringConformance(_AesGcmKit):

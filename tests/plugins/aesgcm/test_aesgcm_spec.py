@@ -26,7 +26,7 @@ def test_spec_contract() -> None:
     assert spec.size_contract is SerdeSizeContract.EXACT and spec.lossy is False
     assert [o.name for o in spec.options or ()] == [
         "aes_bits", "key_provider", "master_key_path", "keyring_path", "key_provider_options",
-        "allow_insecure_key_permissions", "frame_version", "max_workers",
+        "allow_insecure_key_permissions", "frame_version", "max_workers", "close_timeout_s",
     ]
 
 
@@ -59,11 +59,11 @@ def test_empty_provider_name(master_key_file: Path) -> None:
         create_serde_processor({"type": "aesgcm", "key_provider": " "})
 
 
-@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 3), ("1", 1), (2.0, 2), ("3", 3)])
+@pytest.mark.parametrize(("frame_version", "first_byte"), [(None, 3), (1, 1), (2, 2), (3, 3)])
 def test_config_selects_frame_version(master_key_file: Path, frame_version: Any,
                                       first_byte: int) -> None:
     config: dict[str, Any] = {"type": "aesgcm", "master_key_path": str(master_key_file),
-                              "max_workers": "2"}
+                              "max_workers": 2}
     if frame_version is not None:
         config["frame_version"] = frame_version
     proc = create_serde_processor(config)

@@ -50,7 +50,7 @@ def test_processor_accessors(name: str, mapping: tuple[int | None, ...]) -> None
 @pytest.mark.parametrize("name", TYPES)
 def test_all_options_accepted(name: str) -> None:
     kwargs = {"fp8_dtype": "float8_e4m3fn", "scale_scope": "PER_TENSOR", "scale_dtype": "float32",
-              "max_workers": 2.0}
+              "max_workers": 2}
     if name.endswith("v_only"):
         kwargs["k_dtype_tag"] = "float16"
     proc = create_serde_processor(SerdeConfig(name, kwargs))

@@ -33,8 +33,8 @@ def _build(**fields: Any) -> RedisL2Adapter:
 
 
 def test_url_spec_builds_without_touching_the_network() -> None:
-    adapter = _build(url="redis://127.0.0.1:1/0", namespace="x", io_workers="2",
-                     socket_timeout=1, ttl_seconds="2.5")
+    adapter = _build(url="redis://127.0.0.1:1/0", namespace="x", io_workers=2,
+                     socket_timeout=1, ttl_seconds=2.5)
     try:
         assert adapter.namespace == "x"
         status = adapter.report_status()

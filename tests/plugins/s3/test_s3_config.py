@@ -38,7 +38,7 @@ def _build(**fields: Any) -> S3L2Adapter:
 
 def test_spec_builds_without_touching_the_network() -> None:
     adapter = _build(bucket="kv-cache", endpoint_url="http://127.0.0.1:1", prefix="prod",
-                     max_in_flight="8", read_timeout="2.5",
+                     max_in_flight=8, read_timeout=2.5,
                      tenant_routes={"tenant-a": {"bucket": "kv-routed"}})
     try:
         status = adapter.report_status()
@@ -65,7 +65,9 @@ def test_spec_builds_without_touching_the_network() -> None:
     ({"bucket": "kvc", "max_in_flight": 5000}, "max_in_flight"),
     ({"bucket": "kvc", "connect_timeout": 0}, "connect_timeout"),
     ({"bucket": "kvc", "read_timeout": float("nan")}, "finite"),
-    ({"bucket": "kvc", "read_timeout": "inf"}, "finite"),
+    ({"bucket": "kvc", "read_timeout": float("inf")}, "finite"),
+    ({"bucket": "kvc", "read_timeout": "2.5"}, "must be a number"),
+    ({"bucket": "kvc", "max_in_flight": "8"}, "must be an integer"),
     ({"bucket": "kvc", "read_timeout": 1e9}, "read_timeout"),
     ({"bucket": "kvc", "max_attempts": 0}, "max_attempts"),
     ({"bucket": "kvc", "max_attempts": 99}, "max_attempts"),

@@ -31,14 +31,14 @@ def test_builds_from_upstream_kwargs() -> None:
         proc.close()
 
 
-def test_yaml_numbers_are_accepted() -> None:
-    proc = _make(max_workers=2.0, head_dim="128", skip_first_layers="0")
-    try:
-        assert proc.max_workers == 2  # type: ignore[attr-defined]
-        assert proc.serializer.config.head_dim == 128  # type: ignore[attr-defined]
-        assert proc.serializer.config.skip_first_layers == 0  # type: ignore[attr-defined]
-    finally:
-        proc.close()
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"max_workers": 2.0}, "max_workers"), ({"head_dim": "128"}, "head_dim"),
+    ({"skip_first_layers": "0"}, "skip_first_layers"), ({"block_size": 16.0}, "block_size"),
+    ({"block_size": "1e3"}, "block_size"),
+])
+def test_numbers_of_another_type_are_refused(kwargs: dict[str, Any], name: str) -> None:
+    with pytest.raises(ValueError, match=f"option '{name}' must be an integer"):
+        _make(**kwargs)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -12,19 +12,29 @@ def test_spec_declares_upper_bound_and_lossless() -> None:
     assert spec.size_contract is SerdeSizeContract.UPPER_BOUND
     assert spec.lossy is False
     assert {o.name for o in spec.options or ()} == {
-        "codec", "level", "shuffle", "min_saving", "nthreads", "max_workers"}
+        "codec", "level", "shuffle", "min_saving", "nthreads", "max_workers", "close_timeout_s"}
 
 
 def test_defaults() -> None:
     opts = get_serde_spec("zstd").validate("zstd", {})
     assert opts == {"codec": "planes", "level": 1, "shuffle": "byte", "min_saving": 1 / 64,
-                    "nthreads": 1, "max_workers": 1}
+                    "nthreads": 1, "max_workers": 1, "close_timeout_s": 10.0}
 
 
-def test_numbers_from_yaml_and_json_are_coerced() -> None:
-    opts = get_serde_spec("zstd").validate("zstd", {"level": "3", "nthreads": 2.0,
-                                                    "min_saving": "0.1"})
+def test_numbers_of_the_declared_type_are_taken() -> None:
+    opts = get_serde_spec("zstd").validate("zstd", {"level": 3, "nthreads": 2,
+                                                    "min_saving": 0.1})
     assert (opts["level"], opts["nthreads"], opts["min_saving"]) == (3, 2, 0.1)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"level": "3"}, "'level' must be an integer"), ({"nthreads": 2.0}, "'nthreads' must be an"),
+    ({"min_saving": "0.1"}, "'min_saving' must be a number"),
+])
+def test_numbers_of_another_type_are_refused(kwargs: dict, message: str) -> None:
+    """Issue #27 case 8: strings and floats for ints were coerced."""
+    with pytest.raises(ValueError, match=message):
+        get_serde_spec("zstd").validate("zstd", kwargs)
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -1,7 +1,10 @@
 """``lmserde plugins``: every installed serde, L2 adapter and hook plugin, from metadata only.
 
-Without ``--load`` nothing is imported (neither torch nor any plugin module), so the listing is
-instant and cannot be broken by a plugin. ``--load`` imports each plugin and reports failures.
+Without ``--load`` no serde or adapter module is imported (nor torch), so the listing is instant
+and cannot be broken by a plugin. Hook plugins are always imported (each one contained, as every
+processor and wrapper does when it is built): one that fails at import (``SystemExit``
+included) is listed as ``failed`` with its error. ``--load`` imports every plugin and reports
+failures.
 Rows are sorted by name. The table shortens long descriptions; ``--json`` carries them whole.
 A plugin built for another core (see :mod:`lmserde.compat`) is listed as ``incompatible`` with
 the reason, also without ``--load``. Serdes and L2 adapters are listed by their registries
@@ -15,8 +18,9 @@ import argparse
 import json
 from dataclasses import asdict
 
-from lmserde.hooks import HOOKS_GROUP
-from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError
+from lmserde.containment import describe_exception
+from lmserde.hooks import hook_plugin_records
+from lmserde.plugin_discovery import PluginLoadError, PluginRecord
 from lmserde.registries import L2_ADAPTERS
 from lmserde.registry import list_serdes
 from lmserde.text_table import format_table
@@ -39,9 +43,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _group_rows(group: str, load: bool) -> list[dict[str, object]]:
+def _hook_rows(load: bool) -> list[dict[str, object]]:
+    """Hook plugins, always loaded (contained): every processor, wrapper and other ``lmserde``
+    command loads them anyway, so a hook that fails at import is listed as ``failed`` with its
+    error, never as ``available``."""
+    return _group_rows(hook_plugin_records(), load)
+
+
+def _group_rows(records: list[PluginRecord], load: bool) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    for record in EntryPointGroup(group).records().values():
+    for record in records:
         error = None
         if load and not record.disabled and not record.conflict_with:
             try:
@@ -52,6 +63,8 @@ def _group_rows(group: str, load: bool) -> list[dict[str, object]]:
             error = "also claimed by " + ", ".join(record.conflict_with)
         elif record.incompatible:
             error = record.incompatible
+        elif error is None and record.error is not None:
+            error = describe_exception(record.error)
         rows.append({"name": record.name, "distribution": record.distribution,
                      "version": record.version, "status": record.status,
                      "description": record.summary,
@@ -65,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     adapters = sorted(({"name": e.name, "distribution": e.distribution, "version": e.version,
                         "status": e.status, "description": e.description, "error": e.error}
                        for e in L2_ADAPTERS.entries(load=args.load)), key=lambda r: r["name"])
-    hooks = _group_rows(HOOKS_GROUP, args.load)
+    hooks = _hook_rows(args.load)
     if args.json:
         print(json.dumps({"serdes": serdes, "l2_adapters": adapters, "hooks": hooks}, indent=2))
         return 0

@@ -12,6 +12,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -88,6 +89,7 @@ OPTIONS: tuple[SerdeOption, ...] = (
                 "2 (bound to the object key) or 1 (readable by LMCache); all are always read",
                 check=_check_frame_version, identity=False),
     max_workers_option(1),
+    close_timeout_option(),
 )
 
 
@@ -164,7 +166,9 @@ AESGCM_SPEC = SerdeSpec(
     options=OPTIONS,
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
-    consumes=frozenset(DataKind),
+    # not CIPHERTEXT: a chain encrypts once, in its last stage ([aesgcm, aesgcm] is refused)
+    consumes=frozenset({DataKind.KV_TENSORS, DataKind.BYTES}),
     produces=DataKind.CIPHERTEXT,
+    consumes_hint="aesgcm encrypts once, as the last stage of a chain (e.g. [fp8, aesgcm]).",
     format_version=1,
 )

@@ -17,6 +17,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 from lmserde_fp8 import log_fallback_once, native_status
@@ -85,6 +86,7 @@ _COMMON_OPTIONS: tuple[SerdeOption, ...] = (
     SerdeOption("scale_dtype", str, "float32", "dtype of the stored V scale",
                 check=_check_scale_dtype),
     max_workers_option(DEFAULT_MAX_WORKERS),
+    close_timeout_option(),
 )
 
 

@@ -11,6 +11,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -39,6 +40,7 @@ FP8_OPTIONS: tuple[SerdeOption, ...] = (
         choices=tuple(m.value for m in ScalingMode),
     ),
     max_workers_option(1),
+    close_timeout_option(),
 )
 
 

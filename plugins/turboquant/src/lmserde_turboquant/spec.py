@@ -11,6 +11,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -73,6 +74,7 @@ TURBOQUANT_SPEC = SerdeSpec(
                     choices=BACKENDS, check=_check_field("backend"),
                     identity=False, deprecated_names=("implementation",)),
         max_workers_option(1),
+        close_timeout_option(),
     ),
     size_contract=SerdeSizeContract.EXACT,
     lossy=True,

@@ -17,6 +17,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    close_timeout_option,
     max_workers_option,
 )
 
@@ -74,6 +75,7 @@ ZSTD_OPTIONS: tuple[SerdeOption, ...] = (
                 "blosc2 threads per object (codec blosc2 only: blocks of one chunk in parallel); "
                 "max_workers runs separate chunks in parallel", check=_check_nthreads),
     max_workers_option(1),
+    close_timeout_option(),
 )
 
 

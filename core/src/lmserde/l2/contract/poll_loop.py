@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from lmserde.containment import describe_exception
 from lmserde.events import consume_fd, create_event_notifier
+from lmserde.worker_pool import describe_thread_stack
 
 __all__ = ["PollLoop", "MAX_TIMER_DELAY"]
 
@@ -33,6 +34,9 @@ class PollLoop:
     wakes the loop again. Whatever a handler or timer raises (any ``BaseException``, ``SystemExit``
     included) is logged and the loop continues: the thread only ends through :meth:`stop`. :meth:`stop` wakes
     the loop through an internal event fd and joins the thread: no polling timeout is involved.
+    A ``timeout`` bounds that join: a handler that never returns (a hook plugin that hangs) is
+    logged and reported, and the daemon thread is left behind; it never touches an fd again
+    (each fd is read only under the loop's lock, after checking that the loop still runs).
     """
 
     def __init__(self, name: str) -> None:
@@ -44,6 +48,7 @@ class PollLoop:
         self._lock = threading.Lock()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._current: tuple[Handler, float] | None = None  # the handler running, since when
 
     def add_fd(self, fd: int, handler: Handler) -> None:
         """Watch ``fd``; only before :meth:`start`."""
@@ -78,17 +83,38 @@ class PollLoop:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def stop(self) -> None:
-        """Stop the thread and release the wake fd; idempotent. Pending timers never run."""
+    def stop(self, timeout: float | None = None) -> str | None:
+        """Stop the thread and release the wake fd; idempotent. Pending timers never run.
+
+        Waits for a running handler to return: forever without ``timeout``, else at most
+        ``timeout`` seconds. Returns ``None`` when the thread ended, else a description of the
+        handler still running (which handler, for how long, where its thread is), also logged
+        as an error; the stuck daemon thread is left behind and never touches an fd again.
+        """
         with self._lock:
             if self._stopping:
-                return
+                return None
             self._stopping = True
         self._wake.notify()
         thread = self._thread
+        stuck = None
         if thread is not None and not self.in_loop_thread:
-            thread.join()
-        self._wake.close()
+            thread.join(timeout)
+            if thread.is_alive():
+                stuck = self._describe_stuck(thread)
+                _log.error("%s: stop() returned after %g s with a handler still running (left "
+                           "on a daemon thread): %s", self._name, timeout, stuck)
+        with self._lock:  # the loop reads fds only under this lock while not stopping
+            self._wake.close()
+        return stuck
+
+    def _describe_stuck(self, thread: threading.Thread) -> str:
+        with self._lock:
+            current = self._current
+        what = "a handler" if current is None else (
+            f"handler {current[0]!r} running for {time.monotonic() - current[1]:.1f} s")
+        where = describe_thread_stack(thread, limit=4)
+        return f"{what} on thread {thread.name}" + (f", at {where}" if where else "")
 
     def _run(self) -> None:
         poller = select.poll()
@@ -109,14 +135,17 @@ class PollLoop:
             except InterruptedError:
                 continue
             for fd, _events in ready:
+                with self._lock:  # never read an fd stop() may already have closed
+                    if self._stopping:
+                        return
+                    if fd == wake_fd or not _events & select.POLLNVAL:
+                        consume_fd(fd)
                 if fd == wake_fd:
-                    consume_fd(fd)
                     continue
                 if _events & select.POLLNVAL:  # closed under us: stop watching it
                     _log.error("%s: fd %d was closed while watched", self._name, fd)
                     poller.unregister(fd)
                     continue
-                consume_fd(fd)
                 self._call(self._handlers[fd])
             self._run_due_timers()
 
@@ -133,8 +162,12 @@ class PollLoop:
         with self._lock:
             if self._stopping:
                 return
+            self._current = (handler, time.monotonic())
         try:
             handler()
         except BaseException as exc:  # one bad drain must not stop the loop
             _log.error("%s: handler %r raised %s; continuing", self._name, handler,
                        describe_exception(exc), exc_info=exc)
+        finally:
+            with self._lock:
+                self._current = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
@@ -41,6 +41,7 @@ from lmserde.l2.serde.temporaries import Temporaries
 from lmserde.l2.serde.wrapper_task import (
     NoItemError,
     TaskPhase,
+    UnfinishedTask,
     WrapperTask,
     contained_submit,
     layout_of,
@@ -397,18 +398,26 @@ class LoadPath:
             self._closed = True
         self._worker.close()
 
-    def fail_unfinished(self) -> None:
-        """Complete every unfinished load as all-miss (stage ``closed``) and release its
-        temporaries; a load still waiting for its stored sizes is failed without waiting for the
-        lookup. Call after :meth:`stop_accepting`, once the serde and the inner adapter stopped
-        working on them."""
+    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool
+                        ) -> list[UnfinishedTask]:
+        """Take every unfinished load out of the path (call after :meth:`stop_accepting`, once
+        the serde and the inner adapter were closed, or gave up on). A load still waiting for
+        its stored sizes holds no temporaries; one whose deserialize is in ``hung_serde_ids``,
+        or that the inner adapter holds while ``inner_hung``, keeps its temporaries."""
         with self._lock:
-            tasks = list(self._inner_loading.values()) + list(self._deserializing.values())
-            waiting = list(self._sizing.values())  # no temporaries yet
+            waiting = list(self._sizing.values())
+            loading = list(self._inner_loading.values())
+            decoding = list(self._deserializing.items())
             for table in (self._inner_loading, self._deserializing, self._sizing):
                 table.clear()
-        for task in waiting:
+        held = [(task, False) for task in waiting]
+        held += [(task, inner_hung) for task in loading]
+        held += [(task, serde_id in hung_serde_ids) for serde_id, task in decoding]
+        return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
+
+    def _failer(self, task: WrapperTask, keep_temporaries: bool) -> Callable[[], None]:
+        def fail() -> None:
+            if not keep_temporaries:
+                self._release(task)
             self._finish(task, Bitmap(task.num_keys), "closed")
-        for task in tasks:
-            self._release(task)
-            self._finish(task, Bitmap(task.num_keys), "closed")
+        return fail

@@ -73,6 +73,7 @@ class WrapperMetrics:
         self._rejections: dict[str, int] = {}
         self._repaired = 0
         self._latency = {stage: LatencySummary() for stage in STAGES}
+        self._hung_at_close: list[dict[str, Any]] = []
 
     def record_stage(self, stage: str, seconds: float) -> None:
         with self._lock:
@@ -96,6 +97,11 @@ class WrapperMetrics:
         with self._lock:
             self._repaired += n
 
+    def record_hung_at_close(self, hung: list[dict[str, Any]]) -> None:
+        """The calls ``close()`` left running (each names its plugin, the call and where)."""
+        with self._lock:
+            self._hung_at_close = [dict(entry) for entry in hung]
+
     def record_store(self, ok: bool, keys: int, bytes_kv: int, bytes_serialized: int) -> None:
         with self._lock:
             c = self._counts
@@ -118,13 +124,15 @@ class WrapperMetrics:
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy: counts, ``failures`` by stage, ``rejections`` by reason (loaded keys
         whose stored object was refused), ``repaired`` (refused objects deleted from the inner
-        adapter), ``latency_seconds`` by stage."""
+        adapter), ``latency_seconds`` by stage, ``hung_at_close`` (the plugin calls ``close()``
+        left running when it returned at its bound; empty otherwise)."""
         with self._lock:
             out: dict[str, Any] = dict(self._counts)
             out["failures"] = dict(self._failures)
             out["rejections"] = dict(self._rejections)
             out["repaired"] = self._repaired
             out["latency_seconds"] = {s: v.snapshot() for s, v in self._latency.items()}
+            out["hung_at_close"] = [dict(entry) for entry in self._hung_at_close]
         kv, ser = out["store_bytes_kv"], out["store_bytes_serialized"]
         out["store_ratio"] = ser / kv if kv else 0.0
         return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 from lmserde.base import SerdeProcessor
@@ -31,7 +31,13 @@ from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.temporaries import Temporaries
-from lmserde.l2.serde.wrapper_task import TaskPhase, WrapperTask, contained_submit, layout_of
+from lmserde.l2.serde.wrapper_task import (
+    TaskPhase,
+    UnfinishedTask,
+    WrapperTask,
+    contained_submit,
+    layout_of,
+)
 from lmserde.memory import MemoryObj
 from lmserde.observability import WrapperTaskEvent
 from lmserde.spec import SerdeSizeContract
@@ -269,14 +275,24 @@ class StorePath:
         with self._lock:
             self._closed = True
 
-    def fail_unfinished(self) -> None:
-        """Complete every unfinished store as failed (stage ``closed``) and release its
-        temporaries. Call after :meth:`stop_accepting`, once the serde and the inner adapter
-        stopped working on them."""
+    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool
+                        ) -> list[UnfinishedTask]:
+        """Take every unfinished store out of the path (call after :meth:`stop_accepting`, once
+        the serde and the inner adapter were closed, or gave up on). A task whose serialize is
+        in ``hung_serde_ids``, or that the inner adapter holds while ``inner_hung``, keeps its
+        temporaries."""
         with self._lock:
-            tasks = list(self._serializing.values()) + list(self._inner_storing.values())
+            serializing = list(self._serializing.items())
+            storing = list(self._inner_storing.values())
             self._serializing.clear()
             self._inner_storing.clear()
-        for task in tasks:
-            self._release(task)
+        held = [(task, serde_id in hung_serde_ids) for serde_id, task in serializing]
+        held += [(task, inner_hung) for task in storing]
+        return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
+
+    def _failer(self, task: WrapperTask, keep_temporaries: bool) -> Callable[[], None]:
+        def fail() -> None:
+            if not keep_temporaries:
+                self._release(task)
             self._finish(task, L2StoreResult(False, 0), "closed")
+        return fail

@@ -31,6 +31,7 @@ from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
+from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
@@ -314,9 +315,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     def close(self) -> None:
         """Stop the poll thread, close inner and serde, release every temporary, close the fds.
 
-        Work already running in the inner adapter or the serde is waited for (never cancelled
-        mid-write); tasks still unfinished are completed as failures (stage ``closed``).
-        Idempotent.
+        Bounded: returns within the serde's ``close_timeout_s`` (default 10 s; see
+        :func:`~lmserde.l2.serde.bounded_close.close_within`) plus ``FINISH_GRACE_S`` (1 s) even
+        if a plugin call (a serde call, the inner adapter's close, a hook) never returns. Work
+        running in the inner adapter or the serde is waited for up to that bound (never
+        cancelled mid-write); a call still running then is logged naming the plugin and
+        the call, and listed in ``report_status()["serde_wrapper"]["hung_at_close"]``; the
+        temporaries it may still write are not returned to L1 (kept, never reused). Tasks still
+        unfinished are completed as failures (stage ``closed``). Idempotent.
         """
         with self._lock:
             if self._closed:
@@ -324,16 +330,29 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             self._closed = True
         self._stores.stop_accepting()
         self._loads.stop_accepting()
-        self._loop.stop()
-        for name, closer in (("inner adapter", self._inner.close), ("serde", self._serde.close)):
-            try:
-                closer()
-            except BaseException as exc:  # keep releasing
-                if must_propagate(exc):
-                    raise
-                _log.exception("serde wrapper: closing the %s raised", name)
-        self._stores.fail_unfinished()
-        self._loads.fail_unfinished()
+        report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
+        unfinished = [*self._stores.take_unfinished(report.serde_task_ids, report.inner_hung),
+                      *self._loads.take_unfinished(report.serde_task_ids, report.inner_hung)]
+        kept = sum(1 for task in unfinished if task.keeps_temporaries)
+        if kept:
+            _log.error("serde wrapper: %d task(s) keep their L1 temporaries: a plugin call that "
+                       "did not return may still write them", kept)
+
+        def fail_unfinished() -> None:  # emits events: a hook that hangs must not hang close
+            for task in unfinished:
+                task.fail()
+
+        if unfinished:
+            where = call_within(fail_unfinished, report.left() + FINISH_GRACE_S,
+                                "lmserde-close-tasks")
+            if where is not None:
+                report.hung.append({"component": "task events", "where": where,
+                                    "what": f"failing the unfinished tasks (a hook that does "
+                                            f"not return?), at {where}"})
+                _log.error("serde wrapper: close() left a thread failing the unfinished tasks, "
+                           "stuck at %s", where)
+        if report.hung:
+            self._metrics.record_hung_at_close(report.hung)
         self._queues.close()
 
     def __enter__(self) -> SerdeL2AdapterWrapper:

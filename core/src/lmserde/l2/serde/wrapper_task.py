@@ -20,7 +20,8 @@ from lmserde.l2.serde.stored_frame import PendingHeader
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 
-__all__ = ["TaskPhase", "WrapperTask", "NoItemError", "layout_of", "contained_submit"]
+__all__ = ["TaskPhase", "WrapperTask", "UnfinishedTask", "NoItemError", "layout_of",
+           "contained_submit"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
@@ -77,6 +78,16 @@ class WrapperTask:
         for head in self.heads or ():
             head.settle()
         self.heads = None
+
+
+@dataclass(frozen=True)
+class UnfinishedTask:
+    """A task a closing wrapper took from its path: ``fail()`` completes it as failed (stage
+    ``closed``), releasing its temporaries unless ``keeps_temporaries`` (a plugin call that did
+    not return may still write them: they are never given back to L1)."""
+
+    fail: Callable[[], None]
+    keeps_temporaries: bool
 
 
 def layout_of(obj: MemoryObj) -> MemoryLayoutDesc:

@@ -1,0 +1,287 @@
+"""Issue #27 case 5: a hung plugin no longer hangs shutdown.
+
+A serializer (or deserializer) that never returns made ``close()`` wait as long as it ran (80 s
+observed). Now ``close()`` returns within the serde's ``close_timeout_s`` plus a margin, logs the
+hung call naming the serde and where it is stuck, and reports it in the status; the stuck thread
+is a daemon thread that ends when the call returns (the tests release it at teardown) and never
+delays the interpreter's exit. Bounds: the tests use a 0.5 s close bound and accept up to 2.5 s
+more, so a loaded 2-core machine does not flake, while a close that waits for the call (which
+blocks until teardown, up to ``HANG_GUARD``) fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from datapath_driver import Cache, key_of, objects_for
+from lmserde import (
+    AsyncSerdeProcessor,
+    MemoryLayoutDesc,
+    MemoryObj,
+    ObjectKey,
+    SerdePair,
+    SerdeSizeContract,
+    SerdeSpec,
+    close_timeout_option,
+    hookimpl,
+    max_workers_option,
+)
+from lmserde.hooks import get_plugin_manager
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
+from lmserde.l1 import L1Manager
+from lmserde.l2 import create_l2_adapter
+from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.serde.bounded_close import FINISH_GRACE_S
+from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S
+from lmserde.registry import register_serde_factory, unregister_serde_factory
+
+KV = MemoryLayoutDesc([[8, 2, 16]], [torch.float16])
+BOUND = 0.5
+MARGIN = 2.5  # scheduling on a loaded machine; far below the time a hung call would take
+HANG_GUARD = 60.0  # a gated call returns after this at the latest, if teardown never came
+
+
+class _Gate:
+    """What the hanging serdes wait on; teardown opens it so every stuck thread ends."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.hang_serialize = False
+        self.hang_deserialize = False
+        self.calls = 0
+
+
+class HangingSerializer(IdentitySerializer):
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        self.gate.calls += 1
+        if self.gate.hang_serialize:
+            self.gate.entered.set()
+            self.gate.release.wait(HANG_GUARD)
+        return super().serialize(src, dst, key)
+
+
+class HangingDeserializer(IdentityDeserializer):
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
+        if self.gate.hang_deserialize:
+            self.gate.entered.set()
+            self.gate.release.wait(HANG_GUARD)
+        super().deserialize(src, dst, key)
+
+
+@pytest.fixture
+def gate() -> Iterator[_Gate]:
+    g = _Gate()
+    yield g
+    g.release.set()
+
+
+@pytest.fixture
+def hanging_serde(gate: _Gate) -> Iterator[str]:
+    """A registered serde ``tp_hang`` whose calls hang while the gate says so."""
+    spec = SerdeSpec(pair_factory=lambda options: SerdePair(HangingSerializer(gate),
+                                                            HangingDeserializer(gate)),
+                     options=(max_workers_option(1), close_timeout_option()),
+                     size_contract=SerdeSizeContract.EXACT)
+    register_serde_factory("tp_hang", spec)
+    yield "tp_hang"
+    unregister_serde_factory("tp_hang")
+
+
+def _timed_close(closeable: object) -> float:
+    start = time.monotonic()
+    closeable.close()  # type: ignore[attr-defined]
+    return time.monotonic() - start
+
+
+def _assert_named(status: dict, caplog: pytest.LogCaptureFixture, call: str) -> None:
+    hung = status["serde_wrapper"]["hung_at_close"]
+    assert len(hung) == 1, hung
+    entry = hung[0]
+    assert entry["component"] == "serde tp_hang" and entry["serde_type"] == "tp_hang"
+    assert entry["origin"] == "registered programmatically"
+    assert entry["call"].startswith(call) and entry["seconds"] >= BOUND * 0.9
+    assert f"in {call.split()[0]}" in entry["where"] and "test_bounded_close.py" in entry["where"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("tp_hang" in m and call in m and "still running" in m for m in errors), errors
+
+
+def test_a_hung_serialize_does_not_hang_the_wrapper_close(
+    hanging_serde: str, gate: _Gate, l1: L1Manager, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                                 "serde": {"type": hanging_serde, "close_timeout_s": BOUND}}, l1)
+    gate.hang_serialize = True
+    adapter.submit_store_task([key_of(1)], objects_for(KV, 1))
+    assert gate.entered.wait(HANG_GUARD)
+    with caplog.at_level(logging.ERROR):
+        seconds = _timed_close(adapter)
+    assert BOUND * 0.9 <= seconds < BOUND + MARGIN, seconds
+    status = adapter.report_status()
+    assert status["is_healthy"] is False
+    _assert_named(status, caplog, "serialize of key")
+    assert adapter.metrics()["failures"].get("closed", 0) == 1
+    # the stuck call may still write its temporary: it is kept, never handed back to L1
+    assert l1.memory_used_bytes() > 0
+
+
+def test_a_hung_deserialize_does_not_hang_the_wrapper_close(
+    hanging_serde: str, gate: _Gate, l1: L1Manager, cache: Cache, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                                 "serde": {"type": hanging_serde, "close_timeout_s": BOUND}}, l1)
+    keys = [key_of(i) for i in range(2)]
+    assert cache.store(adapter, keys, objects_for(KV, 2)).is_successful()
+    gate.hang_deserialize = True
+    adapter.submit_load_task(keys, objects_for(KV, 2))
+    assert gate.entered.wait(HANG_GUARD)
+    with caplog.at_level(logging.ERROR):
+        seconds = _timed_close(adapter)
+    assert BOUND * 0.9 <= seconds < BOUND + MARGIN, seconds
+    _assert_named(adapter.report_status(), caplog, "deserialize of key")
+
+
+def test_the_processor_reports_the_hung_call_and_never_runs_queued_tasks(gate: _Gate) -> None:
+    gate.hang_serialize = True
+    proc = AsyncSerdeProcessor(HangingSerializer(gate), IdentityDeserializer(),
+                               serde_type="hangs", close_timeout_s=BOUND)
+    first = objects_for(KV, 2)
+    dst = objects_for(KV, 2, seed=1)
+    proc.submit_serialize([first[0]], [dst[0]], [key_of(0)])
+    proc.submit_serialize([first[1]], [dst[1]], [key_of(1)])  # queued behind the hung one
+    assert gate.entered.wait(HANG_GUARD)
+    assert _timed_close(proc) < BOUND + MARGIN
+    (hung,) = proc.hung_calls()
+    assert (hung.serde_type, hung.direction, hung.task_id) == ("hangs", "serialize", 0)
+    assert "in serialize" in hung.where and hung.thread.startswith("lmserde-hangs")
+    assert proc.metrics()["serialize"].hung_calls == 1
+    stuck = next(t for t in threading.enumerate() if t.name == hung.thread)
+    assert stuck.daemon
+    gate.release.set()
+    stuck.join(HANG_GUARD)
+    assert not stuck.is_alive()
+    assert gate.calls == 1  # the queued task was abandoned at the bound, not run afterwards
+
+
+def test_close_without_hung_calls_reports_nothing(l1: L1Manager, cache: Cache) -> None:
+    adapter = create_l2_adapter({"type": "memory", "serde": {"type": "identity"}}, l1)
+    assert cache.store(adapter, [key_of(0)], objects_for(KV, 1)).is_successful()
+    adapter.close()
+    assert adapter.report_status()["serde_wrapper"]["hung_at_close"] == []
+    assert l1.memory_used_bytes() == 0
+
+
+def test_a_hung_handler_does_not_hang_poll_loop_stop(gate: _Gate) -> None:
+    """A hook (or any handler) that never returns on the poll thread: stop() is bounded."""
+    loop = PollLoop("test-loop")
+    loop.start()
+
+    def hook_that_hangs() -> None:
+        gate.entered.set()
+        gate.release.wait(HANG_GUARD)
+
+    loop.call_later(0, hook_that_hangs)
+    assert gate.entered.wait(HANG_GUARD)
+    start = time.monotonic()
+    stuck = loop.stop(timeout=BOUND)
+    assert time.monotonic() - start < BOUND + MARGIN
+    assert stuck is not None and "hook_that_hangs" in stuck and "test-loop" in stuck
+    assert loop.stop(timeout=BOUND) is None  # idempotent
+
+
+def test_close_timeout_option_is_validated() -> None:
+    option = close_timeout_option()
+    assert option.default == DEFAULT_CLOSE_TIMEOUT_S == 10.0 and option.identity is False
+    for bad, message in (("5", "must be a number"), (-1, "must be >= 0"),
+                         (float("inf"), "finite"), (7200, "must be <= 3600")):
+        with pytest.raises(ValueError, match=message):
+            create_l2_adapter({"type": "memory",
+                               "serde": {"type": "identity", "close_timeout_s": bad}},
+                              L1Manager(1 << 20))
+    with pytest.raises(ValueError, match="close_timeout_s"):
+        AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), close_timeout_s=-1)
+
+
+def test_a_hung_worker_does_not_delay_interpreter_exit(tmp_path: Path) -> None:
+    """ThreadPoolExecutor workers are joined at exit; the processor's are daemon threads."""
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent("""
+        import threading, torch
+        from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, TensorMemoryObj
+        from lmserde.identity import IdentityDeserializer, IdentitySerializer
+        from lmserde.keys import ObjectKey
+
+        class Forever(IdentitySerializer):
+            def serialize(self, src, dst, key):
+                threading.Event().wait()  # never returns
+
+        proc = AsyncSerdeProcessor(Forever(), IdentityDeserializer(), close_timeout_s=0.2)
+        layout = MemoryLayoutDesc([[4]], [torch.uint8])
+        obj = TensorMemoryObj.allocate(layout)
+        proc.submit_serialize([obj], [TensorMemoryObj.allocate(layout)],
+                              [ObjectKey(b"k" * 32, "m", 1)])
+        proc.close()
+        print("closed", len(proc.hung_calls()))
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "closed 1" in result.stdout
+
+
+class _HangingHook:
+    """A hook plugin whose wrapper-event hook never returns once armed (a dead service)."""
+
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    @hookimpl
+    def lmserde_wrapper_task_finished(self, event: object) -> None:
+        self.gate.entered.set()
+        self.gate.release.wait(HANG_GUARD)
+
+
+def test_a_hook_that_never_returns_does_not_hang_the_wrapper_close(
+    gate: _Gate, l1: L1Manager, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The poll thread is stuck in the hook; close() also has tasks to fail, each an event."""
+    adapter = create_l2_adapter({"type": "memory", "serde": {"type": "identity",
+                                                             "close_timeout_s": BOUND}}, l1)
+    hook = _HangingHook(gate)
+    pm = get_plugin_manager()
+    pm.register(hook, name="hanging-hook")
+    try:
+        adapter.submit_store_task([key_of(0)], objects_for(KV, 1))
+        assert gate.entered.wait(HANG_GUARD)  # the poll thread is inside the hook now
+        adapter.submit_store_task([key_of(1)], objects_for(KV, 1))  # never drained
+        with caplog.at_level(logging.ERROR):
+            seconds = _timed_close(adapter)
+        assert seconds < BOUND + FINISH_GRACE_S + MARGIN, seconds
+        hung = adapter.report_status()["serde_wrapper"]["hung_at_close"]
+        components = [entry["component"] for entry in hung]
+        assert "poll thread" in components, hung
+        poll = next(entry for entry in hung if entry["component"] == "poll thread")
+        assert "lmserde_wrapper_task_finished" in poll["what"]
+        assert "test_bounded_close.py" in poll["what"]
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert any("serde-l2-wrapper" in m and "stop() returned" in m for m in errors), errors
+    finally:
+        gate.release.set()
+        pm.unregister(hook)
