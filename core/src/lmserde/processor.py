@@ -25,7 +25,8 @@ from lmserde.multi import (
 )
 from lmserde.observability import SerdeTaskEvent
 from lmserde.options import coerce_int
-from lmserde.spec import SerdePair
+from lmserde.serde_pair import SerdePair
+from lmserde.task_outcome import TaskOutcome
 
 __all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
            "check_serialized_size", "scrub_destination"]
@@ -34,21 +35,6 @@ _log = logging.getLogger(__name__)
 
 SERIALIZE = "serialize"
 DESERIALIZE = "deserialize"
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """Result of one finished task: overall ``ok`` and the error of each item (``None`` = ok)."""
-
-    ok: bool
-    item_errors: tuple[BaseException | None, ...]
-
-    @property
-    def failed_items(self) -> tuple[int, ...]:
-        return tuple(i for i, e in enumerate(self.item_errors) if e is not None)
-
-    def item_ok(self, index: int) -> bool:
-        return self.item_errors[index] is None
 
 
 @dataclass
