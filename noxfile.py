@@ -147,10 +147,15 @@ def interop(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff, and plugins import only public lmserde names."""
-    session.install("ruff>=0.5")
+    """ruff; plugins import only public lmserde names; core's layers (import-linter contracts in
+    pyproject.toml: no import cycle, nothing imports from a layer above its own)."""
+    session.install("ruff>=0.5", "import-linter>=2.1")
     session.run("ruff", "check", "core", "plugins", "tests", "benchmarks", "tools", "noxfile.py")
     session.run("python", "tools/check_plugin_imports.py")
+    # static analysis of core/src (nothing is imported, so the lint venv needs neither torch nor
+    # an install of core)
+    session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"),
+                env={"PYTHONPATH": str(ROOT / "core" / "src")})
 
 
 @nox.session(python="3.11")

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from lmserde.spec import SerdeSpec
-
-__all__ = ["DataKind", "ALL_DATA_KINDS", "check_chain_composition"]
+__all__ = ["DataKind", "ALL_DATA_KINDS", "ComposableStage", "check_chain_composition"]
 
 
 class DataKind(enum.Enum):
@@ -33,7 +30,21 @@ def _names(kinds: frozenset[DataKind]) -> str:
     return ", ".join(k.value for k in sorted(kinds, key=lambda k: k.value))
 
 
-def check_chain_composition(stages: Sequence[tuple[str, SerdeSpec]]) -> None:
+class ComposableStage(Protocol):
+    """What the composition check reads of a stage (a :class:`~lmserde.SerdeSpec` has it all):
+    declared here so that this module, below the spec, never imports it."""
+
+    @property
+    def consumes(self) -> frozenset[DataKind]: ...
+
+    @property
+    def produces(self) -> DataKind: ...
+
+    @property
+    def consumes_hint(self) -> str: ...
+
+
+def check_chain_composition(stages: Sequence[tuple[str, ComposableStage]]) -> None:
     """``ValueError`` unless every stage accepts what the stage before it produces.
 
     ``stages`` are ``(type name, spec)`` in store order. The first stage receives

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,13 +40,26 @@ class HungCall:
                 "seconds": round(self.seconds, 3), "where": self.where, "thread": self.thread}
 
 
+def _unknown_origin(_name: str) -> str:
+    return "of unknown origin"
+
+
+#: Where a serde type comes from: set by :mod:`lmserde.registries` (above this module) to its
+#: serde registry's ``origin``; until then every serde is "of unknown origin".
+_origin_of: Callable[[str], str] = _unknown_origin
+
+
+def set_origin_resolver(resolve: Callable[[str], str]) -> None:
+    """Install how :func:`serde_origin` names where a serde type comes from (its distribution)."""
+    global _origin_of
+    _origin_of = resolve
+
+
 def serde_origin(serde_type: str) -> str:
     """Where ``serde_type`` comes from, for messages (each stage of a chain ``a+b``)."""
-    from lmserde.registries import SERDES
-
     names = serde_type.split("+")
     try:
-        return "; ".join(f"{n} {SERDES.origin(n)}" if len(names) > 1 else SERDES.origin(n)
+        return "; ".join(f"{n} {_origin_of(n)}" if len(names) > 1 else _origin_of(n)
                          for n in names)
     except Exception:  # never fail a shutdown report
         return "of unknown origin"

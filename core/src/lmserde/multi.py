@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from lmserde.base import Deserializer, Serializer
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc, group_nbytes
 from lmserde.memory import MemoryObj
+from lmserde.transforms import Deserializer, Serializer
 
 __all__ = [
     "MemoryObjGroup",

@@ -30,7 +30,8 @@ from lmserde.processor_items import (
     scrub_destination,
 )
 from lmserde.processor_items import capacity_of as _capacity
-from lmserde.spec import SerdePair
+from lmserde.serde_pair import SerdePair
+from lmserde.task_outcome import TaskOutcome
 from lmserde.worker_pool import DaemonWorkerPool, RunningCall
 
 __all__ = ["AsyncSerdeProcessor", "TaskOutcome", "ProcessorMetrics", "SerializedSizeError",
@@ -40,21 +41,6 @@ _log = logging.getLogger(__name__)
 
 SERIALIZE = "serialize"
 DESERIALIZE = "deserialize"
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """Result of one finished task: overall ``ok`` and the error of each item (``None`` = ok)."""
-
-    ok: bool
-    item_errors: tuple[BaseException | None, ...]
-
-    @property
-    def failed_items(self) -> tuple[int, ...]:
-        return tuple(i for i, e in enumerate(self.item_errors) if e is not None)
-
-    def item_ok(self, index: int) -> bool:
-        return self.item_errors[index] is None
 
 
 @dataclass

@@ -1,8 +1,14 @@
-"""Serde specs: what a plugin publishes under the ``lmcache.serde`` entry-point group."""
+"""Serde specs: what a plugin publishes under the ``lmcache.serde`` entry-point group.
+
+``SerdePair`` (:mod:`lmserde.serde_pair`) and ``SerdeSizeContract`` (:mod:`lmserde.size_contract`)
+live below the serde contracts and are re-exported here. This module sits above
+:mod:`lmserde.processor`: :meth:`SerdeSpec.create_processor` runs a pair in an
+:class:`~lmserde.AsyncSerdeProcessor`, imported when it is first called so that importing a spec
+(listing plugins) imports neither torch nor a thread pool.
+"""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,40 +17,16 @@ from lmserde.config_identity import canonical_value
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.data_kind import ALL_DATA_KINDS, DataKind
 from lmserde.options import SerdeOption, validate_options
+from lmserde.plugin_registry import spec_from_entry_object
+from lmserde.serde_pair import SerdePair, SerdePairFactory
+from lmserde.size_contract import SerdeSizeContract
 
 if TYPE_CHECKING:
-    from lmserde.base import Deserializer, SerdeProcessor, Serializer
-    from lmserde.multi import MultiDeserializer, MultiSerializer
+    from lmserde.base import SerdeProcessor
 
 __all__ = ["SerdeSizeContract", "SerdeSpec", "SerdeFactory", "SerdePair", "SerdePairFactory"]
 
 SerdeFactory = Callable[[dict[str, Any]], "SerdeProcessor"]
-
-
-@dataclass(frozen=True)
-class SerdePair:
-    """A synchronous serializer and the deserializer that reads its bytes (no threads, no fds).
-
-    What a :class:`SerdeSpec` ``pair_factory`` returns: core runs the pair behind an
-    :class:`~lmserde.AsyncSerdeProcessor`, or as one stage of a chain.
-    """
-
-    serializer: Serializer | MultiSerializer
-    deserializer: Deserializer | MultiDeserializer
-
-
-SerdePairFactory = Callable[[dict[str, Any]], SerdePair]
-
-
-class SerdeSizeContract(enum.Enum):
-    """How ``serialize``'s output size relates to ``estimate_serialized_size``.
-
-    ``EXACT``: every successful serialize writes exactly the estimate. ``UPPER_BOUND``: it may write
-    less, so the L2 adapter must report stored sizes (``get_object_sizes``) for loads to work.
-    """
-
-    EXACT = "exact"
-    UPPER_BOUND = "upper_bound"
 
 
 @dataclass(frozen=True)
@@ -206,6 +188,4 @@ class SerdeSpec:
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:
         """Accept a ``SerdeSpec`` or a plain upstream-style ``factory(kwargs)`` callable."""
-        from lmserde.plugin_registry import spec_from_entry_object
-
         return spec_from_entry_object(cls, obj, "a serde")
