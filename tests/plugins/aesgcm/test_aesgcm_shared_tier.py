@@ -3,8 +3,9 @@
 Host A and host B share a tier; B holds another master key, or a keyring whose versions differ
 from A's (a rotation one fleet has not caught up with). Through ``create_l2_adapter`` and the
 serde wrapper, each fleet's load of the other's objects misses and leaves them in place, and
-each keeps hitting its own, round after round. Only provable damage (authentication failing
-under the key that wrote the object) is deleted.
+each keeps hitting its own, round after round. Only provable damage is deleted: a version-3
+frame failing authentication under the key id that wrote it, or (version 1, which names no key)
+a payload failing the stored-object frame's checksum.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ _names = itertools.count()
 @dataclass
 class Tier:
     """One shared L2 tier: ``make(serde)`` opens a host's adapter on it; ``read(adapter, key)``
-    is the stored object's bytes, read past lmserde (``None`` when it is gone)."""
+    is the stored object's bytes, read past lmserde (``None`` when it is gone);
+    ``write(adapter, key, data)`` replaces them, past lmserde."""
 
     make: Callable[[dict[str, Any]], Any]
     read: Callable[[Any, ObjectKey], bytes | None]
+    write: Callable[[Any, ObjectKey, bytes], None]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,9 @@ def shared_tier(request: pytest.FixtureRequest, tmp_path: Path, l1: L1Manager,
         def read(adapter: Any, key: ObjectKey) -> bytes | None:
             path = base / key_file_name(key)
             return path.read_bytes() if path.exists() else None
+
+        def write(adapter: Any, key: ObjectKey, data: bytes) -> None:
+            (base / key_file_name(key)).write_bytes(data)
     elif backend == "redis":
         server = request.getfixturevalue("redis_server")
         spec = {"type": "redis", "url": server.url, "namespace": f"aesgcm{next(_names)}"}
@@ -77,6 +83,10 @@ def shared_tier(request: pytest.FixtureRequest, tmp_path: Path, l1: L1Manager,
             with server.client() as client:
                 value = client.get(adapter.inner_adapter.redis_key(key))
             return None if value is None else bytes(value)
+
+        def write(adapter: Any, key: ObjectKey, data: bytes) -> None:
+            with server.client() as client:
+                client.set(adapter.inner_adapter.redis_key(key), data)
     else:
         from lmserde_s3.local_server import TEST_CREDENTIALS
 
@@ -100,12 +110,16 @@ def shared_tier(request: pytest.FixtureRequest, tmp_path: Path, l1: L1Manager,
             except client.exceptions.NoSuchKey:
                 return None
 
+        def write(adapter: Any, key: ObjectKey, data: bytes) -> None:
+            location, name = adapter.inner_adapter.location_of(key)
+            client.put_object(Bucket=location.bucket, Key=name, Body=data)
+
     def make(serde: dict[str, Any]) -> Any:
         adapter = create_l2_adapter({**spec, "serde": serde}, l1)
         adapters.append(adapter)
         return adapter
 
-    yield Tier(make, read)
+    yield Tier(make, read, write)
     for adapter in adapters:
         adapter.close()
 
@@ -244,11 +258,53 @@ def test_damage_under_the_matching_key_is_still_deleted(tmp_path: Path, tier: Pa
     assert not path.exists()
 
 
-def test_v1_objects_of_another_master_key_are_left_in_place(tmp_path: Path,
-                                                            shared_tier: Tier) -> None:
-    """Frame version 1 names no key, so its config identity does (``key_id``): another master
-    key is another config, refused before any decrypt. Keeping the object (instead of deleting
-    it as a config mismatch) is the serde wrapper's part of issue 27: this test needs it."""
+def test_v1_objects_of_another_master_key_are_foreign_and_left_in_place(
+        tmp_path: Path, shared_tier: Tier) -> None:
+    """Frame version 1 names no key and its config identity names none either (objects of
+    earlier releases keep their config). The stored-object frame's payload checksum confirms the
+    bytes are the writer's; the tag still failing then means another key: ``foreign``, kept."""
     a = shared_tier.make(_hkdf(tmp_path, "a.key", frame_version=1))
     b = shared_tier.make(_hkdf(tmp_path, "b.key", frame_version=1))
     _interleave(a, b, shared_tier)
+    for adapter in (a, b):  # each load of the other's 2 objects per round: refused as foreign
+        assert adapter.metrics()["rejections"] == {"foreign": 2 * ROUNDS}
+
+
+def test_v1_object_with_a_flipped_payload_byte_is_checksum_damage_and_deleted(
+        tmp_path: Path, shared_tier: Tier) -> None:
+    a = shared_tier.make(_hkdf(tmp_path, "a.key", frame_version=1))
+    keys, objs = _keys("a", 0), _objects(11)
+    assert store_sync(a, keys, objs).is_successful()
+    data = bytearray(shared_tier.read(a, keys[0]) or b"")
+    data[FRAME_HEADER_BYTES + 13 + 100] ^= 0x01  # inside the v1 ciphertext (13-byte v1 header)
+    shared_tier.write(a, keys[0], bytes(data))
+    hits, outs = _load(a, keys)
+    assert hits == [False, True]
+    assert int(outs[0].raw_data.count_nonzero()) == 0
+    assert torch.equal(outs[1].raw_data, objs[1].raw_data)
+    assert a.metrics()["rejections"] == {"checksum": 1} and a.metrics()["repaired"] == 1
+    assert shared_tier.read(a, keys[0]) is None and shared_tier.read(a, keys[1]) is not None
+
+
+@pytest.mark.parametrize(("written", "read"), [(3, 1), (1, 3), (2, 3), (3, 2), (1, 2), (2, 1)])
+def test_switching_frame_version_misses_other_versions_and_keeps_them(
+        tmp_path: Path, shared_tier: Tier, written: int, read: int) -> None:
+    """The deserializer reads every frame version, but the serde's size is exact (plaintext + 29,
+    42 or 50): through the serde wrapper, an object of another frame version has another size
+    than the reader expects and its inner load fails (``failures["inner_load"]``) before any
+    decode. A miss, nothing rejected or deleted; switching back hits it again."""
+    path = write_private(tmp_path / "m.key", os.urandom(32))
+    serde = {"type": "aesgcm", "master_key_path": str(path)}
+    writer = shared_tier.make({**serde, "frame_version": written})
+    reader = shared_tier.make({**serde, "frame_version": read})
+    keys, objs = _keys("w", 0), _objects(21)
+    assert store_sync(writer, keys, objs).is_successful()
+    before = {k: shared_tier.read(writer, k) for k in keys}
+    assert _load(reader, keys)[0] == [False, False]
+    metrics = reader.metrics()
+    assert metrics["rejections"] == {} and metrics["repaired"] == 0, metrics
+    assert metrics["failures"] == {"inner_load": len(keys)}, metrics["failures"]
+    assert {k: shared_tier.read(writer, k) for k in keys} == before
+    hits, outs = _load(shared_tier.make({**serde, "frame_version": written}), keys)
+    assert hits == [True, True]
+    assert all(torch.equal(o.raw_data, s.raw_data) for o, s in zip(outs, objs))

@@ -2,10 +2,10 @@
 
 What it raises says what the reader can prove: a ``ValueError`` (damage, the serde wrapper
 deletes the object) for malformed frames and, where the reader knows it holds the writer's key
-(version 3: matching key ids; version 1: the provider states its key identity), failed
-authentication; a ``ForeignObjectError`` (someone else's, kept) for a key version or key id the
-reader does not hold, and for a version-2 frame that fails authentication (it names no key id,
-so another key and damage look the same).
+(version 3: matching key ids), failed authentication; a ``ForeignObjectError`` (someone else's,
+kept) for a key version or key id the reader does not hold, and for a version-1 or -2 frame
+that fails authentication (it names no key id, so another key and damage look the same to the
+serde; behind the stored-object frame a damaged version-1 payload fails its checksum first).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ MASTER = os.urandom(32)
 PLAINTEXT = bytes(range(1, 41))
 KEY = make_key()
 OVERHEAD = {1: 29, 2: 42, 3: 50}
-#: What a failed authentication raises per frame version, for a reader with another key.
-AUTH_FAILURE: dict[int, type[Exception]] = {1: FrameAuthenticationError,
+#: What a failed authentication raises per frame version (tampered bytes or another key).
+AUTH_FAILURE: dict[int, type[Exception]] = {1: UnattributedAuthenticationError,
                                             2: UnattributedAuthenticationError,
                                             3: FrameAuthenticationError}
 
@@ -162,8 +162,8 @@ def test_unknown_version(first: int) -> None:
 
 
 @pytest.mark.parametrize(("version", "expected", "match"), [
-    # v1 names no key: the config identity (key_id) tells hosts apart before a decode
-    (1, FrameAuthenticationError, "failed authentication"),
+    # v1 names no key: someone else's, kept (the stored-object frame's checksum catches damage)
+    (1, UnattributedAuthenticationError, "version-1 frame .* failed authentication"),
     (2, UnattributedAuthenticationError, "names no key id"),
     (3, KeyMismatchError, "another master key or keyring"),
 ])
@@ -173,12 +173,13 @@ def test_wrong_master_key(version: int, expected: type[Exception], match: str) -
     with pytest.raises(expected, match=match) as info:
         other.deserialize(byte_obj(FRAMES[version]), out, KEY)
     assert isinstance(info.value, InvalidTag)  # LMCache-style callers still catch it
-    assert isinstance(info.value, ValueError) is (version == 1)
+    assert isinstance(info.value, ForeignObjectError) and not isinstance(info.value, ValueError)
     assert obj_bytes(out) == bytes(len(PLAINTEXT))
 
 
 @pytest.mark.parametrize(("version", "expected"), [
-    (1, FrameAuthenticationError), (2, UnattributedAuthenticationError), (3, KeyMismatchError)])
+    (1, UnattributedAuthenticationError), (2, UnattributedAuthenticationError),
+    (3, KeyMismatchError)])
 def test_wrong_tenant(version: int, expected: type[Exception]) -> None:
     _assert_rejected_and_zeroed(FRAMES[version], key=replace(KEY, cache_salt="mallory"),
                                 expected=expected)

@@ -205,7 +205,9 @@ def test_truncated_file_misses_alone(make_adapter: Any, l1: L1Manager) -> None:
 def test_file_moved_to_another_key_is_refused_by_the_stored_frame(
     make_adapter: Any, l1: L1Manager, frame_version: int
 ) -> None:
-    """The stored frame binds every object to its key, whatever the aesgcm frame version."""
+    """The stored frame binds every object to its key, whatever the aesgcm frame version. An
+    object framed for another key is not this key's ("key" is a not-mine refusal, issue 27):
+    a miss, left in place, and the next store of the key replaces it."""
     adapter = make_adapter(frame_version=frame_version)
     objs = _objects()
     assert store_sync(adapter, KEYS, objs).is_successful()
@@ -214,8 +216,12 @@ def test_file_moved_to_another_key_is_refused_by_the_stored_frame(
     assert hits == [True, True, False], "a file copied under another key must not be served"
     assert _untouched(outs[2]), "a key refused by the frame must not be written"
     assert adapter.metrics()["rejections"] == {"key": 1}
-    assert not _path(adapter, KEYS[2]).exists()  # deleted: the next store writes it again
+    assert adapter.metrics()["repaired"] == 0 and _path(adapter, KEYS[2]).exists()
     assert _path(adapter, KEYS[0]).exists()
+    assert store_sync(adapter, KEYS[2:], objs[2:]).is_successful()  # a replacing store
+    hits, outs = _load(adapter, l1)
+    assert hits == [True, True, True]
+    assert torch.equal(outs[2].raw_data, objs[2].raw_data)
 
 
 def test_v3_file_moved_to_another_key_misses_without_the_stored_frame(
@@ -244,29 +250,6 @@ def test_v1_file_moved_to_another_key_is_served_without_the_stored_frame(
     assert hits == [True, True, True]
     assert torch.equal(outs[2].raw_data, objs[0].raw_data)
     assert adapter.metrics()["rejections"] == {}
-
-
-def test_v2_files_readable_after_switching_to_v3(make_adapter: Any, l1: L1Manager) -> None:
-    writer = make_adapter(frame_version=2)
-    objs = _objects()
-    assert store_sync(writer, KEYS, objs).is_successful()
-    reader = make_adapter()  # frame_version 3 by default; reads every version
-    hits, outs = _load(reader, l1)
-    assert hits == [True, True, True]
-    assert all(torch.equal(o.raw_data, r.raw_data) for o, r in zip(objs, outs))
-    assert reader.metrics()["rejections"] == {}
-
-
-def test_v3_files_are_clean_misses_after_switching_back_to_v1(make_adapter: Any,
-                                                              l1: L1Manager) -> None:
-    """A v3 frame is longer than any v1 frame of the same object, so a v1-configured reader
-    refuses it by length (a miss) instead of trying to decode it."""
-    writer = make_adapter()
-    assert store_sync(writer, KEYS, _objects()).is_successful()
-    reader = make_adapter(frame_version=1)
-    hits, _outs = _load(reader, l1)
-    assert hits == [False, False, False]
-    assert reader.metrics()["rejections"] == {"length": 3}
 
 
 def test_other_master_key_misses_everything(make_adapter: Any, l1: L1Manager,
@@ -311,48 +294,34 @@ def test_chained_after_another_serde(tmp_path: Path, master_key_file: Path,
         adapter.close()
 
 
-def test_switching_frame_version_from_2_to_3_keeps_the_stored_objects(make_adapter: Any,
-                                                                      l1: L1Manager) -> None:
-    """``frame_version`` is not an identity option, and versions 2 and 3 name their key in the
-    frame: a fleet moving from the key-bound frame (2) to the one that names its key id (3)
-    keeps every object already stored."""
-    writer = make_adapter(frame_version=2)
-    assert store_sync(writer, KEYS, _objects()).is_successful()
-    writer.close()
-    reader = make_adapter(frame_version=3)
-    hits, outs = _load(reader, l1)
-    assert hits == [True] * len(KEYS)
-    assert [obj_bytes(o) for o in outs] == [obj_bytes(o) for o in _objects()]
-    assert reader.metrics()["rejections"] == {}
-
-
-def test_switching_frame_version_from_1_to_3_is_a_config_change(make_adapter: Any,
-                                                                 l1: L1Manager) -> None:
-    """A version-1 config's identity names its key (``key_id``), a version-3 config's does not
-    (its frames do): the v1 objects are another configuration's for the v3 reader, misses
-    refused before any decrypt (nothing reaches the destination)."""
-    writer = make_adapter(frame_version=1)
-    assert store_sync(writer, KEYS, _objects()).is_successful()
-    writer.close()
-    reader = make_adapter(frame_version=3)
+def _misses_and_keeps(reader: Any, writer: Any, l1: L1Manager) -> None:
+    """``reader`` misses every one of ``writer``'s objects, before any decode, and keeps them."""
+    before = [_path(writer, k).read_bytes() for k in KEYS]
     hits, outs = _load(reader, l1)
     assert hits == [False] * len(KEYS)
-    assert all(_untouched(o) for o in outs), "refused by the stored frame, not decoded"
-    assert "decode" not in reader.metrics()["rejections"]
+    assert all(_untouched(o) for o in outs), "missed before any decrypt: nothing was written"
+    metrics = reader.metrics()
+    assert metrics["rejections"] == {} and metrics["repaired"] == 0, metrics
+    # the size is exact (plaintext + 29, 42 or 50): another version's object has another size,
+    # and the inner adapter does not load it into the reader's buffer
+    assert metrics["failures"] == {"inner_load": len(KEYS)}
+    assert [_path(writer, k).read_bytes() for k in KEYS] == before
 
 
-def test_switching_frame_version_from_3_to_1_rewrites_the_stored_objects(make_adapter: Any,
-                                                                         l1: L1Manager) -> None:
-    """The way back is not free (documented): a version-3 frame is longer than any frame a
-    version-1 writer produces for the layout, so the wrapper refuses it as ``length`` before
-    reading it, deletes it, and the next store writes a version-1 frame in its place."""
-    writer = make_adapter(frame_version=3)
+@pytest.mark.parametrize(("written", "read"), [(2, 3), (1, 3), (3, 1), (3, 2)])
+def test_switching_frame_version_misses_then_the_next_store_rewrites(
+        make_adapter: Any, l1: L1Manager, written: int, read: int) -> None:
+    """``frame_version`` is no identity option, and the deserializer reads every version, but
+    through the serde wrapper an object of another frame version has another size than the
+    configured serde writes (a miss, kept; see docs/plugins/aesgcm.md). The next store of the
+    key replaces it with the configured version, which then hits."""
+    writer = make_adapter(frame_version=written)
     assert store_sync(writer, KEYS, _objects()).is_successful()
     writer.close()
-    reader = make_adapter(frame_version=1)
-    assert _load(reader, l1)[0] == [False] * len(KEYS)
-    assert reader.metrics()["rejections"] == {"length": len(KEYS)}
+    reader = make_adapter(frame_version=read)
+    _misses_and_keeps(reader, writer, l1)
     assert store_sync(reader, KEYS, _objects()).is_successful()
+    assert all(_path(reader, k).read_bytes()[FRAME_HEADER_BYTES] == read for k in KEYS)
     hits, outs = _load(reader, l1)
     assert hits == [True] * len(KEYS)
     assert [obj_bytes(o) for o in outs] == [obj_bytes(o) for o in _objects()]

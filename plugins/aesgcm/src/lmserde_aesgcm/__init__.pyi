@@ -25,7 +25,6 @@ from .key_derivation import INFO_PREFIX as INFO_PREFIX
 from .key_derivation import derive_key as derive_key
 from .key_file import read_master_key_file as read_master_key_file
 from .key_identity import KEY_ID_LEN as KEY_ID_LEN
-from .key_identity import config_key_id as config_key_id
 from .key_identity import key_id as key_id
 from .key_provider import KeyProvider as KeyProvider
 from .keygen import add_keyring_version as add_keyring_version
@@ -35,7 +34,6 @@ from .keyring import Keyring as Keyring
 from .keyring import TenantKeys as TenantKeys
 from .keyring import parse_keyring as parse_keyring
 from .keyring_provider import KeyringKeyProvider as KeyringKeyProvider
-from .processor import AesGcmProcessor as AesGcmProcessor
 from .provider_hooks import KeyProviderHookSpecs as KeyProviderHookSpecs
 from .provider_hooks import provider_names as provider_names
 from .serde import DEFAULT_FRAME_VERSION as DEFAULT_FRAME_VERSION

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
 from lmserde_aesgcm.key_derivation import derive_key
-from lmserde_aesgcm.key_identity import config_key_id, key_id
+from lmserde_aesgcm.key_identity import key_id
 from lmserde_aesgcm.key_provider import KeyProvider
 
 __all__ = ["DEFAULT_CAPACITY", "CipherEntry", "CipherCache"]
@@ -99,14 +99,3 @@ class CipherCache:
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
         return entry
-
-    def config_key_id(self) -> str | None:
-        """The key id a version-1 config carries in its identity: :func:`config_key_id` of the
-        key ids of the provider's :meth:`~KeyProvider.identity_keys`; ``None`` when the
-        provider cannot list them. Asks the provider for those root secrets (once, cached)."""
-        pairs = self._provider.identity_keys()
-        if pairs is None:
-            return None
-        return config_key_id(
-            (tenant, version, self.entry(tenant, version, 16).key_id) for tenant, version in pairs
-        )

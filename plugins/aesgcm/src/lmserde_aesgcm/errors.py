@@ -41,9 +41,9 @@ class FrameFormatError(ValueError):
 
 
 class FrameAuthenticationError(InvalidTag, ValueError):
-    """A frame failed AES-GCM authentication although the reader holds the key that wrote it
-    (frame version 3: the key ids match; version 1: the config identity names the key): the
-    bytes were damaged or tampered with, or (versions 2 and 3) moved to another object key."""
+    """A version-3 frame failed AES-GCM authentication although its key id is the reader's (the
+    reader holds the key that wrote it): the bytes were damaged or tampered with, or the frame
+    was moved to another object key."""
 
 
 class KeyFileError(ValueError):
@@ -102,7 +102,7 @@ class KeyMismatchError(ForeignKeyError, InvalidTag):
 
 
 class UnattributedAuthenticationError(ForeignKeyError, InvalidTag):
-    """A frame that names no key identity failed authentication: version 2, or version 1 under a
-    key provider that cannot state its key identity for the config. Another key and damaged
-    bytes look the same then, and the reader cannot prove damage, so this is a
-    :class:`ForeignKeyError` (kept, a miss). Also an ``InvalidTag``."""
+    """A frame that names no key identity (version 1 or 2) failed authentication. Another key and
+    damaged bytes look the same to the serde, so this is a :class:`ForeignKeyError` (kept, a
+    miss); for version 1 the stored-object frame's payload checksum, which the serde wrapper
+    confirms first, is what catches damage. Also an ``InvalidTag``."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from lmserde_aesgcm.errors import KeyFileError, UnknownKeyVersionError
 from lmserde_aesgcm.key_file import MIN_MASTER_KEY_BYTES, read_master_key_file
@@ -49,11 +48,6 @@ class HkdfKeyProvider(KeyProvider):
                 "provider (a keyring?)"
             )
         return self._master_key
-
-    def identity_keys(self) -> Sequence[tuple[str, int]]:
-        """One pair: every tenant's root secret is the master key, so the key id of tenant
-        ``""`` at version 0 (keyed by the master key) identifies the key material of all."""
-        return (("", HKDF_KEY_VERSION),)
 
     def describe(self) -> str:
         return f"HkdfKeyProvider source={self._source!r} key_bytes={len(self._master_key)}"

@@ -11,24 +11,18 @@ key id reveals nothing about the secret and cannot be inverted. It lets an obser
 guessed secret, but so does any frame's GCM tag, and root secrets are at least 16 random bytes.
 It is domain-separated from the AES key derivation (HKDF uses the secret as input keying
 material under an all-zero salt, not as the HMAC key, and another label).
-
-:func:`config_key_id` condenses the key ids of a provider's current keys into the hex string a
-version-1 config carries in its identity (version-1 frames name no key): two hosts with the same
-key material get the same string, wherever their key files live.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 
 from cryptography.hazmat.primitives import hashes, hmac
 
-__all__ = ["KEY_ID_LEN", "KEY_ID_LABEL", "CONFIG_KEY_ID_LABEL", "key_id", "config_key_id"]
+__all__ = ["KEY_ID_LEN", "KEY_ID_LABEL", "key_id"]
 
 KEY_ID_LEN = 8
 KEY_ID_LABEL = b"lmserde aesgcm key id v3"
-CONFIG_KEY_ID_LABEL = b"lmserde aesgcm config key id v1"
 
 _U32 = struct.Struct(">I")
 
@@ -46,12 +40,3 @@ def key_id(root_secret: bytes, tenant: str, version: int) -> bytes:
     mac.update(KEY_ID_LABEL + _tenant_and_version(tenant, version))
     return mac.finalize()[:KEY_ID_LEN]
 
-
-def config_key_id(ids: Iterable[tuple[str, int, bytes]]) -> str:
-    """The hex config key id of ``(tenant, version, key id)`` triples (order does not matter):
-    the first 8 bytes of SHA-256 over the label and the sorted, length-prefixed triples."""
-    digest = hashes.Hash(hashes.SHA256())
-    digest.update(CONFIG_KEY_ID_LABEL)
-    for tenant, version, kid in sorted(ids):
-        digest.update(_tenant_and_version(tenant, version) + kid)
-    return digest.finalize()[:KEY_ID_LEN].hex()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 
 __all__ = ["KeyProvider"]
 
@@ -32,20 +31,6 @@ class KeyProvider(ABC):
     @abstractmethod
     def root_secret(self, tenant: str, version: int) -> bytes:
         """The root secret of ``tenant`` at ``version`` (at least 16 bytes)."""
-
-    def identity_keys(self) -> Sequence[tuple[str, int]] | None:
-        """The ``(tenant, version)`` pairs whose root secrets make up the key identity of
-        version-1 frames (which name no key): every tenant's current version, or ``None`` when
-        the provider cannot list them without network calls (the default).
-
-        The serde fingerprints them into the ``key_id`` of a version-1 config's identity, so that
-        a host with other keys sees another config instead of trying to decrypt. With ``None``
-        the config carries no key id, and a version-1 frame that fails authentication cannot be
-        proven damaged (``UnattributedAuthenticationError``, kept). Called when the serde is
-        built (the pairs' root secrets are fetched only for ``frame_version: 1``); must not
-        block on the network.
-        """
-        return None
 
     def describe(self) -> str:
         """A one-line, secret-free description for reprs and logs."""

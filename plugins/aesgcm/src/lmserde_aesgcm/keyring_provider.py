@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from lmserde_aesgcm.key_file import read_secret_file
 from lmserde_aesgcm.key_provider import KeyProvider
@@ -45,10 +44,6 @@ class KeyringKeyProvider(KeyProvider):
 
     def root_secret(self, tenant: str, version: int) -> bytes:
         return self._keyring.secret(tenant, version)
-
-    def identity_keys(self) -> Sequence[tuple[str, int]]:
-        """Every tenant with its current version (what version-1 frames are read with)."""
-        return tuple((name, keys.current) for name, keys in sorted(self._keyring.tenants.items()))
 
     def describe(self) -> str:
         return f"KeyringKeyProvider source={self._source!r} tenants={len(self._keyring.tenants)}"

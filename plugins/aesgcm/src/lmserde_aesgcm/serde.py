@@ -116,11 +116,6 @@ class AesGcmSerializer(Serializer):
     def aes_bits(self) -> int:
         return self._key_len * 8
 
-    def config_key_id(self) -> str | None:
-        """The key id of the keys this serializer's version-1 frames are read with
-        (:meth:`CipherCache.config_key_id`)."""
-        return self._ciphers.config_key_id()
-
     def __repr__(self) -> str:
         return (f"AesGcmSerializer(frame_version={self._frame_version}, aes_bits={self.aes_bits}, "
                 f"ciphers={self._ciphers!r})")
@@ -154,16 +149,18 @@ class AesGcmDeserializer(Deserializer):
     are ignored. What a failure raises says what the reader knows about the bytes:
 
     * ``ValueError`` (damaged: the serde wrapper deletes the object): a malformed, truncated or
-      unknown-version frame (``FrameFormatError``); a frame that fails authentication although
-      the reader holds the key that wrote it (``FrameAuthenticationError``): version 3 with
-      matching key ids, or version 1 when the provider states its key identity
-      (``identity_keys``), which then is part of the config identity the stored-object frame
-      checked.
+      unknown-version frame (``FrameFormatError``); a version-3 frame that fails authentication
+      although its key id is this reader's (``FrameAuthenticationError``).
     * :class:`~lmserde_aesgcm.ForeignKeyError`, an ``lmserde.ForeignObjectError`` (someone
       else's: kept, a miss): a tenant or key version the provider does not hold, a version-3 key
       id that is not this reader's (``KeyMismatchError``, before any decryption), or an
-      authentication failure of a frame that names no key identity (version 2, or version 1
-      under a provider without ``identity_keys``: ``UnattributedAuthenticationError``).
+      authentication failure of a frame that names no key identity (versions 1 and 2:
+      ``UnattributedAuthenticationError``). For version 1 that is sound and loses nothing: a
+      framed version-1 object carries the stored-object frame's payload checksum (version 1
+      does not ``authenticates_output``), which the serde wrapper confirms before it weighs this
+      error (a mismatch is ``checksum`` damage, deleted); bytes that are exactly what their
+      writer wrote and still fail the tag were written under another key. Unframed, nothing
+      proves damage either.
     * :class:`~lmserde_aesgcm.KeyUnavailableError`, a ``RuntimeError`` (an outage: kept): the
       provider failed in any other way.
     """
@@ -175,9 +172,6 @@ class AesGcmDeserializer(Deserializer):
         self._ciphers = (
             key_provider if isinstance(key_provider, CipherCache) else CipherCache(key_provider)
         )
-        # Whether version-1 configs carry the provider's key id (see AesGcmProcessor): then a
-        # version-1 frame the stored-object frame let through was written with this key.
-        self._v1_attributed = self._ciphers.provider.identity_keys() is not None
 
     def __repr__(self) -> str:
         return f"AesGcmDeserializer(aes_bits={self._key_len * 8}, ciphers={self._ciphers!r})"
@@ -219,8 +213,6 @@ class AesGcmDeserializer(Deserializer):
             try:
                 frame_v1.open_into(entry.aead, frame, out)
             except InvalidTag:
-                if self._v1_attributed:
-                    raise FrameAuthenticationError(_auth_failure_message(key)) from None
                 raise UnattributedAuthenticationError(_unattributed_message(key, 1)) from None
         else:
             raise FrameFormatError(

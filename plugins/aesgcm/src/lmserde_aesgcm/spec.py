@@ -21,7 +21,6 @@ from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.hkdf_provider import HkdfKeyProvider
 from lmserde_aesgcm.key_provider import KeyProvider
 from lmserde_aesgcm.keyring_provider import KeyringKeyProvider
-from lmserde_aesgcm.processor import AesGcmProcessor
 from lmserde_aesgcm.provider_hooks import resolve_key_provider
 from lmserde_aesgcm.serde import (
     DEFAULT_FRAME_VERSION,
@@ -31,7 +30,7 @@ from lmserde_aesgcm.serde import (
 )
 
 __all__ = ["SERDE_TYPE", "OPTIONS", "AESGCM_SPEC", "build_key_provider", "create_aesgcm_pair",
-           "build_aesgcm_processor", "create_aesgcm_processor"]
+           "create_aesgcm_processor"]
 
 SERDE_TYPE = "aesgcm"
 
@@ -64,10 +63,13 @@ def _check_provider_options(value: Any) -> None:
 
 OPTIONS: tuple[SerdeOption, ...] = (
     # aes_bits and frame_version choose how new frames are written; every frame records both and
-    # is read whatever they are now, so they are not identity options. Switching aes_bits, or
-    # frame_version between 2 and 3, keeps the objects already stored. A version-1 config's
-    # identity carries the key id of its key (AesGcmProcessor), so switching from or to 1 does
-    # not keep them through the serde wrapper (another config: a miss per object).
+    # the deserializer reads every version whatever they are now, so they are not identity
+    # options (the config identity names no key either: objects of earlier releases keep their
+    # config). Switching aes_bits keeps the stored objects readable. Switching frame_version
+    # does not, through the serde wrapper: the size is exact (plaintext + 29 for v1, 42 for v2,
+    # 50 for v3), so an object of another version has another size than the reader expects and
+    # its inner load fails: a miss, counted under failures["inner_load"], the object left in
+    # place (nothing is rejected or deleted); switching back reads it again.
     SerdeOption("aes_bits", int, 128, "AES key size for new frames: 128 or 256",
                 check=_check_aes_bits, identity=False),
     SerdeOption("key_provider", str, "hkdf",
@@ -128,39 +130,27 @@ def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
     return resolve_key_provider(name, opts.get("key_provider_options") or {})
 
 
-def _build_pair(opts: Mapping[str, Any]) -> tuple[AesGcmSerializer, AesGcmDeserializer]:
+def create_aesgcm_pair(opts: dict[str, Any]) -> SerdePair:
+    """The serializer/deserializer pair for validated options (see :data:`OPTIONS`); both share
+    one key provider and cipher cache."""
     aes_bits = int(opts.get("aes_bits", 128))
     _check_aes_bits(aes_bits)
     frame_version = int(opts.get("frame_version", DEFAULT_FRAME_VERSION))
     _check_frame_version(frame_version)
     ciphers = CipherCache(build_key_provider(opts))
-    return (AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version),
-            AesGcmDeserializer(ciphers, aes_bits=aes_bits))
-
-
-def create_aesgcm_pair(opts: dict[str, Any]) -> SerdePair:
-    """The serializer/deserializer pair for validated options (see :data:`OPTIONS`); both share
-    one key provider and cipher cache."""
-    return SerdePair(*_build_pair(opts))
-
-
-def build_aesgcm_processor(opts: dict[str, Any]) -> AesGcmProcessor:
-    """The spec's factory: an :class:`AesGcmProcessor` over :func:`create_aesgcm_pair`'s pair
-    with ``max_workers`` threads. For ``frame_version: 1`` its config identity carries the key
-    id of the provider's current keys (``None`` when the provider cannot state them)."""
-    serializer, deserializer = _build_pair(opts)
-    key_id = serializer.config_key_id() if serializer.frame_version == 1 else None
-    return AesGcmProcessor(serializer, deserializer, int(opts.get("max_workers", 1)),
-                           key_id=key_id, serde_type=SERDE_TYPE)
+    return SerdePair(
+        AesGcmSerializer(ciphers, aes_bits=aes_bits, frame_version=frame_version),
+        AesGcmDeserializer(ciphers, aes_bits=aes_bits),
+    )
 
 
 def create_aesgcm_processor(opts: dict[str, Any]) -> SerdeProcessor:
-    """The processor core builds for validated options (:func:`build_aesgcm_processor`)."""
+    """The processor core builds from :func:`create_aesgcm_pair` for validated options."""
     return AESGCM_SPEC.create_processor(SERDE_TYPE, opts)
 
 
 AESGCM_SPEC = SerdeSpec(
-    factory=build_aesgcm_processor,
+    pair_factory=create_aesgcm_pair,
     description="AES-GCM encryption at rest; frame v3 binds each frame to its object key and "
     "names its key id, v1 is LMCache's frame",
     options=OPTIONS,
