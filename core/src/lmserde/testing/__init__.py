@@ -25,6 +25,7 @@ from lmserde.testing.kit import (
     random_object,
     wait_for_result,
 )
+from lmserde.testing.slow_network import TimedTask, TrickleProxy, timed_task
 
 __all__ = [
     "ADAPTER_TIMEOUT_SECONDS",
@@ -35,6 +36,9 @@ __all__ = [
     "TIMEOUT_SECONDS",
     "MultiSerdeConformance",
     "SerdeConformance",
+    "TimedTask",
+    "TrickleProxy",
     "random_object",
+    "timed_task",
     "wait_for_result",
 ]
