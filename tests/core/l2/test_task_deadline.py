@@ -162,3 +162,29 @@ def test_the_proxy_stops_by_itself_after_its_lifetime() -> None:
     finally:
         proxy.close()
         listener.close()
+
+
+def test_abort_actions_run_at_the_deadline_unless_unregistered() -> None:
+    delivered: list[str] = []
+    aborted: list[str] = []
+    deadlines = TaskDeadlines(0.2, "test")
+    try:
+        gate = deadlines.start(delivered.append, lambda: "failed")
+        gate.on_expire(lambda: aborted.append("socket"))
+        unregister = gate.on_expire(lambda: aborted.append("finished round trip"))
+        unregister()
+        gate.on_expire(lambda: 1 / 0)  # a failing abort is contained
+        end = time.monotonic() + 5
+        while not aborted:
+            assert time.monotonic() < end, "the abort never ran"
+            time.sleep(0.01)
+        assert delivered == ["failed"] and aborted == ["socket"]
+        gate.on_expire(lambda: aborted.append("late"))  # registered after expiry: runs at once
+        assert aborted == ["socket", "late"]
+        done = deadlines.start(delivered.append, lambda: "failed")
+        done.on_expire(lambda: aborted.append("never"))
+        assert done.finish("ok")
+        time.sleep(0.4)
+        assert "never" not in aborted
+    finally:
+        deadlines.close()

@@ -46,7 +46,7 @@ def frozen(server: LocalRedisServer) -> Iterator[None]:
 def _wait_idle(adapter: Any, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while adapter.report_status()["io_jobs_running"]:
-        assert time.monotonic() < end, "late I/O jobs never finished after the server recovered"
+        assert time.monotonic() < end, "I/O jobs were still running"
         time.sleep(0.02)
 
 
@@ -108,8 +108,27 @@ def test_a_trickling_server_fails_tasks_by_their_deadline(
         started = time.monotonic()
         assert adapter.get_object_sizes([stored]) == {}
         assert time.monotonic() - started <= DEADLINE_S + 1.0
+        _wait_idle(adapter, timeout=1.0)  # the deadlines freed every worker, trickle or not
         proxy.set_trickling(False)  # the network recovers
         _assert_recovered(adapter, stored, dst)
+
+
+def test_the_deadline_frees_a_worker_stuck_on_a_trickling_reply(
+        own_redis_server: LocalRedisServer, make_redis_adapter: MakeAdapter) -> None:
+    """A trickled 8 KiB reply would hold its worker for over half an hour; the deadline shuts the
+    connection down, so the worker is free again right after the deadline while the trickle goes
+    on."""
+    with TrickleProxy("127.0.0.1", own_redis_server.port, interval=0.25) as proxy:
+        adapter = make_redis_adapter(url=f"redis://127.0.0.1:{proxy.port}/0",
+                                     **{**SLOW, "io_workers": 1})
+        stored = make_key(1)
+        assert store_sync(adapter, [stored], [kv_object(1)]).is_successful()
+        proxy.set_trickling(True)
+        started = time.monotonic()
+        task = timed_task(adapter, "load", [stored], [sentinel()], timeout=30)
+        assert task.result.count() == 0
+        _wait_idle(adapter, timeout=DEADLINE_S + 1.0 - (time.monotonic() - started))
+        assert proxy.trickling
 
 
 def test_a_task_queued_behind_stuck_workers_still_meets_its_deadline(

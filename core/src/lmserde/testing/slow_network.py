@@ -11,6 +11,10 @@ either at full speed or ``chunk`` bytes per ``interval`` seconds, switchable at 
         ...
         proxy.set_trickling(False)                # the server "recovers": full speed again
 
+``grace_bytes`` lets that many bytes of each direction of each connection through at full speed
+after trickling was switched on before the trickle starts (to stall a reply in its body rather
+than in its first bytes).
+
 Bounded: at most ``max_connections`` connections at once (more are refused by closing them), at
 most one buffer of ``buffer_bytes`` per direction held, and the proxy stops by itself after
 ``lifetime_s`` seconds even if nobody closes it. Threads only, no event loop; loopback only.
@@ -35,11 +39,13 @@ class TrickleProxy:
     """A bounded, self-stopping loopback proxy to ``host:port`` (see the module docstring)."""
 
     def __init__(self, host: str, port: int, *, interval: float = 0.25, chunk: int = 1,
-                 trickling: bool = False, max_connections: int = 64,
+                 trickling: bool = False, grace_bytes: int = 0, max_connections: int = 64,
                  buffer_bytes: int = 64 << 10, lifetime_s: float = 600.0) -> None:
-        if not interval > 0 or chunk < 1 or max_connections < 1 or buffer_bytes < 1:
-            raise ValueError("TrickleProxy needs interval > 0 and chunk, max_connections, "
-                             "buffer_bytes >= 1")
+        if (not interval > 0 or chunk < 1 or max_connections < 1 or buffer_bytes < 1
+                or grace_bytes < 0):
+            raise ValueError("TrickleProxy needs interval > 0, chunk, max_connections and "
+                             "buffer_bytes >= 1, grace_bytes >= 0")
+        self.grace_bytes = int(grace_bytes)
         self.target = (host, int(port))
         self.interval = float(interval)
         self.chunk = int(chunk)
@@ -120,12 +126,22 @@ class TrickleProxy:
                 self._threads.append(thread)
                 thread.start()
 
-    def _send(self, dst: socket.socket, data: bytes) -> bool:
-        """Send all of ``data``, trickling while asked to; ``False`` once stopped or broken."""
+    def _send(self, dst: socket.socket, data: bytes, graced: list[int]) -> bool:
+        """Send all of ``data``, trickling while asked to; ``False`` once stopped or broken.
+        ``graced[0]``: bytes of this direction sent since trickling went on."""
         view = memoryview(data)
         while view:
             if self._expired():
                 return False
+            if not self._trickling.is_set():
+                graced[0] = 0
+            elif graced[0] < self.grace_bytes:
+                left = self.grace_bytes - graced[0]
+                piece, view = view[:left], view[left:]
+                graced[0] += len(piece)
+                if not self._sendall(dst, piece):
+                    return False
+                continue
             if self._trickling.is_set():
                 piece, view = view[:self.chunk], view[self.chunk:]
                 if not self._sendall(dst, piece) or self._stop.wait(self.interval):
@@ -150,6 +166,7 @@ class TrickleProxy:
         return True
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        graced = [0]
         try:
             while not self._expired():
                 try:
@@ -158,7 +175,7 @@ class TrickleProxy:
                     continue
                 except OSError:
                     return
-                if not data or not self._send(dst, data):
+                if not data or not self._send(dst, data, graced):
                     return
         finally:
             self._drop(src, dst)

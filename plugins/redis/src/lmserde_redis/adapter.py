@@ -24,6 +24,7 @@ from lmserde.l2 import (
     TaskGate,
 )
 
+from lmserde_redis import abortable
 from lmserde_redis.connection import RedisClientHolder, RedisConnectionSettings
 from lmserde_redis.health import HealthTracker
 from lmserde_redis.key_names import RedisKeyNamer
@@ -72,8 +73,10 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
       into its destination, a store copies each batch out of its objects, both under the task's
       gate, see :class:`lmserde.l2.TaskGate`): once a task was reported, failed or not, its
       buffers are the caller's again. A store reported failed at its deadline may still land
-      later, complete (it sends a private copy). :meth:`get_object_sizes` and :meth:`delete`
-      run on the workers too and wait at most ``task_deadline_s``.
+      later, complete (it sends a private copy). At the deadline the task's round trip in
+      progress is aborted (:mod:`lmserde_redis.abortable`), which frees its worker.
+      :meth:`get_object_sizes` and :meth:`delete` run on the workers too and wait at most
+      ``task_deadline_s``.
     """
 
     adapter_type = "redis"
@@ -161,12 +164,15 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
                 raise RuntimeError("RedisL2Adapter is closed")
         return self._deadlines.start(deliver, expired)
 
-    def _bounded(self, run: Callable[[], None]) -> None:
-        """Run ``run`` on the I/O threads and wait for it at most ``task_deadline_s``."""
-        future = self._submit(run)
+    def _bounded(self, run: Callable[[TaskGate[None]], None]) -> None:
+        """Run ``run(gate)`` on the I/O threads and wait for it at most ``task_deadline_s``; at
+        the deadline ``gate`` aborts the round trip ``run`` has in progress."""
+        gate: TaskGate[None] = self._deadlines.start(lambda _: None, lambda: None)
+        future = self._submit(lambda: run(gate))
         if wait_futures([future], timeout=self._deadlines.deadline_s).not_done:
             _log.warning("redis adapter: a synchronous call passed its %.3g s deadline",
                          self._deadlines.deadline_s)
+        gate.finish(None)
 
     def _batches(self, sizes: Sequence[int]) -> Iterator[list[int]]:
         """Index batches of at most ``batch_keys`` items and ``batch_bytes`` bytes (>= 1 item)."""
@@ -181,14 +187,22 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         if batch:
             yield batch
 
-    def _pipeline(self, operation: str, fill: Callable[[Any], None]) -> list[Any]:
-        """Run one pipeline; a transport failure raises, per-command errors come back as values."""
+    def _pipeline(self, operation: str, fill: Callable[[Any], None],
+                  gate: TaskGate[Any] | None = None) -> list[Any]:
+        """Run one pipeline; a transport failure raises, per-command errors come back as values.
+
+        With ``gate``, the task's deadline aborts the round trip (its socket is shut down, its
+        retries fail at once; see :mod:`lmserde_redis.abortable`)."""
         pipe = self._clients.get().pipeline(transaction=False)
         fill(pipe)
-        try:
-            return list(pipe.execute(raise_on_error=False))
-        finally:
-            pipe.reset()
+        with abortable.scope() as current:
+            unregister = gate.on_expire(current.abort) if gate is not None else None
+            try:
+                return list(pipe.execute(raise_on_error=False))
+            finally:
+                if unregister is not None:
+                    unregister()
+                pipe.reset()
 
     # -- store ----------------------------------------------------------------------------------
 
@@ -241,7 +255,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
                         pipe.set(names[i], value)
 
             try:
-                replies = self._pipeline("store", fill)
+                replies = self._pipeline("store", fill, gate)
             except Exception as exc:
                 self._health.failure("store", exc)
                 ok = False
@@ -280,7 +294,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             bitmap = Bitmap(len(keys))
             try:
                 if gate.is_open:
-                    bitmap = self._lookup(keys)
+                    bitmap = self._lookup(keys, gate)
             except Exception as exc:
                 _log.exception("redis lookup task %d failed unexpectedly: %s", task_id, exc)
             finally:
@@ -295,10 +309,12 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             for key in keys:
                 self._pins.pin(key)
 
-    def _lookup(self, keys: list[ObjectKey]) -> Bitmap:
+    def _lookup(self, keys: list[ObjectKey], gate: TaskGate[Any]) -> Bitmap:
         bitmap = Bitmap(len(keys))
         names = [self._names.name_of(k) for k in keys]
         for batch in self._batches([0] * len(keys)):
+            if not gate.is_open:
+                break
 
             def fill(pipe: Any, batch: list[int] = batch) -> None:
                 for i in batch:
@@ -308,7 +324,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
                         pipe.exists(names[i])
 
             try:
-                replies = self._pipeline("lookup", fill)
+                replies = self._pipeline("lookup", fill, gate)
             except Exception as exc:
                 self._health.failure("lookup", exc)
                 continue
@@ -366,13 +382,15 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         names = [self._names.name_of(k) for k in keys]
         sizes = [int(obj.get_size()) for obj in objects]
         for batch in self._batches(sizes):
+            if not gate.is_open:
+                break
 
             def fill(pipe: Any, batch: list[int] = batch) -> None:
                 for i in batch:
                     pipe.get(names[i])
 
             try:
-                replies = self._pipeline("load", fill)
+                replies = self._pipeline("load", fill, gate)
             except Exception as exc:
                 self._health.failure("load", exc)
                 continue
@@ -411,8 +429,8 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         found: dict[ObjectKey, int] = {}
         lock = threading.Lock()
 
-        def run() -> None:
-            for batch_sizes in self._stored_lengths(keys, names):
+        def run(gate: TaskGate[None]) -> None:
+            for batch_sizes in self._stored_lengths(keys, names, gate):
                 with lock:
                     found.update(batch_sizes)
 
@@ -420,19 +438,21 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         with lock:
             return dict(found)
 
-    def _stored_lengths(self, keys: list[ObjectKey], names: list[bytes]) -> Iterator[dict[ObjectKey, int]]:
+    def _stored_lengths(self, keys: list[ObjectKey], names: list[bytes], gate: TaskGate[None]
+                        ) -> Iterator[dict[ObjectKey, int]]:
         """The stored sizes, one dict per batch as it answers."""
         empty: list[int] = []
         try:
             for batch in self._batches([0] * len(keys)):
                 replies = self._pipeline(
-                    "sizes", lambda pipe, batch=batch: [pipe.strlen(names[i]) for i in batch])
+                    "sizes", lambda pipe, batch=batch: [pipe.strlen(names[i]) for i in batch],
+                    gate)
                 yield {keys[i]: reply for i, reply in zip(batch, replies)
                        if isinstance(reply, int) and not isinstance(reply, bool) and reply > 0}
                 empty += [i for i, reply in zip(batch, replies) if reply == 0]
             if empty:  # STRLEN is 0 for an empty value and for a missing key alike
                 replies = self._pipeline(
-                    "sizes", lambda pipe: [pipe.exists(names[i]) for i in empty])
+                    "sizes", lambda pipe: [pipe.exists(names[i]) for i in empty], gate)
                 yield {keys[i]: 0 for i, reply in zip(empty, replies)
                        if isinstance(reply, int) and reply > 0}
         except Exception as exc:
@@ -443,20 +463,22 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         """Delete keys now; keys locked by a lookup of this adapter go at their last unlock.
 
-        Runs on an I/O thread and waits for it at most ``task_deadline_s`` (the delete may then
-        still happen later)."""
+        Runs on an I/O thread and waits for it at most ``task_deadline_s``; a delete cut off by
+        the deadline may not have happened (a load that finds a damaged object deletes it
+        again)."""
         with self._state_lock:
             now = self._pins.defer_pinned(keys)
         if now:
-            self._bounded(lambda: self._delete_now(now))
+            self._bounded(lambda gate: self._delete_now(now, gate))
 
-    def _delete_now(self, keys: list[ObjectKey]) -> None:
+    def _delete_now(self, keys: list[ObjectKey], gate: TaskGate[None] | None = None) -> None:
         names = [self._names.name_of(k) for k in keys]
         deleted: list[ObjectKey] = []
         try:
             for batch in self._batches([0] * len(keys)):
                 replies = self._pipeline(
-                    "delete", lambda pipe, batch=batch: [pipe.delete(names[i]) for i in batch])
+                    "delete", lambda pipe, batch=batch: [pipe.delete(names[i]) for i in batch],
+                    gate)
                 deleted += [keys[i] for i, r in zip(batch, replies) if isinstance(r, int) and r > 0]
         except Exception as exc:
             self._health.failure("delete", exc)

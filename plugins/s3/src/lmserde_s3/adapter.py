@@ -53,6 +53,14 @@ class _TaskClosed(Exception):
     """The task was reported (at its deadline) while this job still had work: stop."""
 
 
+def _body_aborter(body: Any) -> Callable[[], None]:
+    """What ends a blocked read of ``body`` from another thread: urllib3's
+    ``HTTPResponse.shutdown()`` (urllib3 >= 2.3) of botocore's raw stream, else nothing (the read
+    then ends when the body does, each read bounded by ``read_timeout``)."""
+    shutdown = getattr(getattr(body, "_raw_stream", None), "shutdown", None)
+    return shutdown if callable(shutdown) else (lambda: None)
+
+
 class _Countdown:
     """Runs ``finish`` once, when the last of ``n`` per-key jobs has called :meth:`done`."""
 
@@ -376,6 +384,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                 return False
             raise
         body = response["Body"]
+        unregister = gate.on_expire(_body_aborter(body))
         try:
             want = int(dst.get_size())
             if int(response.get("ContentLength", -1)) != want:
@@ -399,6 +408,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                 self._count(size_mismatches=1)
                 return False
         finally:
+            unregister()
             body.close()
         self._health.success()
         return True

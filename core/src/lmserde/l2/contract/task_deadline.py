@@ -12,6 +12,10 @@ under the gate's lock only while the task is open, and the deadline closes the g
 lock. So a load copies into the destination only before the task is reported, and a store reads its
 source (into a private copy it then sends) only before the task is reported; neither ever reads or
 writes caller memory afterwards.
+
+A worker may also register an abort action with :meth:`TaskGate.on_expire` (e.g. shutting down the
+socket it is blocked on), so that a task past its deadline frees its thread instead of holding it
+for as long as a trickling server takes.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class TaskGate(Generic[R]):
         self._lock = threading.Lock()
         self._open = True
         self.expired = False
+        self._aborts: dict[int, Callable[[], None]] = {}
+        self._abort_ids = itertools.count()
 
     @property
     def is_open(self) -> bool:
@@ -91,20 +97,48 @@ class TaskGate(Generic[R]):
             self._deliver(result)
             return True
 
+    def on_expire(self, abort: Callable[[], None]) -> Callable[[], None]:
+        """Run ``abort()`` if the task expires while it is registered (at once if it already
+        has); returns the function that unregisters it. ``abort`` runs on the deadline thread,
+        after the failure was reported and outside the gate's lock; what it raises is logged."""
+        with self._lock:
+            if not self.expired:
+                token = next(self._abort_ids)
+                self._aborts[token] = abort
+
+                def unregister() -> None:
+                    with self._lock:
+                        self._aborts.pop(token, None)
+
+                return unregister
+        _run_abort(abort)
+        return lambda: None
+
     def expire(self) -> bool:
-        """Report the task's failure result (its deadline passed) unless it was reported."""
+        """Report the task's failure result (its deadline passed) unless it was reported, then
+        run the registered abort actions."""
         with self._lock:
             if not self._open:
                 return False
             self._open = False
             self.expired = True
             self._deliver(self._failure())
-            return True
+            aborts, self._aborts = list(self._aborts.values()), {}
+        for abort in aborts:
+            _run_abort(abort)
+        return True
 
     def abandon(self) -> None:
         """Close the task without reporting it (the adapter is closing)."""
         with self._lock:
             self._open = False
+
+
+def _run_abort(abort: Callable[[], None]) -> None:
+    try:
+        abort()
+    except Exception as exc:  # an abort is best effort; the task is already reported
+        _log.warning("aborting the work of an expired task raised %s: %s", type(exc).__name__, exc)
 
 
 class TaskDeadlines:
