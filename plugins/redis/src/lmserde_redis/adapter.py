@@ -172,7 +172,9 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         if wait_futures([future], timeout=self._deadlines.deadline_s).not_done:
             _log.warning("redis adapter: a synchronous call passed its %.3g s deadline",
                          self._deadlines.deadline_s)
-        gate.finish(None)
+            gate.expire()  # aborts the round trip now, whether or not the watcher got here first
+        else:
+            gate.finish(None)
 
     def _batches(self, sizes: Sequence[int]) -> Iterator[list[int]]:
         """Index batches of at most ``batch_keys`` items and ``batch_bytes`` bytes (>= 1 item)."""
