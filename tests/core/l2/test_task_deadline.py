@@ -188,3 +188,23 @@ def test_abort_actions_run_at_the_deadline_unless_unregistered() -> None:
         assert "never" not in aborted
     finally:
         deadlines.close()
+
+
+def test_a_reported_gate_drops_its_references_and_close_abandons_only_open_ones() -> None:
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    deadlines = TaskDeadlines(30, "test")
+    payload = Payload()
+    ref = weakref.ref(payload)
+    done = deadlines.start(lambda result, p=payload: None, lambda: None)
+    assert done.finish("ok")
+    del payload
+    gc.collect()
+    assert ref() is None, "a finished gate still queued for its deadline kept the task's data"
+    open_gate = deadlines.start(lambda result: None, lambda: None)
+    deadlines.close()  # abandons the open gate; the finished one is left as it is
+    assert not open_gate.is_open and open_gate.finish("late") is False

@@ -63,8 +63,8 @@ class TaskGate(Generic[R]):
     """
 
     def __init__(self, deliver: Callable[[R], None], failure: Callable[[], R]) -> None:
-        self._deliver = deliver
-        self._failure = failure
+        self._deliver: Callable[[R], None] | None = deliver
+        self._failure: Callable[[], R] | None = failure
         self._lock = threading.Lock()
         self._open = True
         self.expired = False
@@ -92,9 +92,10 @@ class TaskGate(Generic[R]):
             if not self._open:
                 return False
             self._open = False
+            deliver = self._release()
             if before is not None:
                 before()
-            self._deliver(result)
+            deliver(result)
             return True
 
     def on_expire(self, abort: Callable[[], None]) -> Callable[[], None]:
@@ -122,8 +123,11 @@ class TaskGate(Generic[R]):
                 return False
             self._open = False
             self.expired = True
-            self._deliver(self._failure())
             aborts, self._aborts = list(self._aborts.values()), {}
+            failure = self._failure
+            deliver = self._release()
+            assert failure is not None
+            deliver(failure())
         for abort in aborts:
             _run_abort(abort)
         return True
@@ -131,7 +135,18 @@ class TaskGate(Generic[R]):
     def abandon(self) -> None:
         """Close the task without reporting it (the adapter is closing)."""
         with self._lock:
-            self._open = False
+            if self._open:
+                self._open = False
+                self._release()
+            self._aborts = {}
+
+    def _release(self) -> Callable[[R], None]:
+        """The deliver function, dropping the gate's references (a closed gate may stay queued
+        until its deadline; it must not keep a task's data alive). Under the lock, once."""
+        deliver = self._deliver
+        self._deliver = self._failure = None
+        assert deliver is not None
+        return deliver
 
 
 def _run_abort(abort: Callable[[], None]) -> None:
@@ -194,8 +209,11 @@ class TaskDeadlines:
             try:
                 if gate.expire():
                     self.expired_count += 1
-                    _log.warning("%s: a task passed its %.3g s deadline and completed as failed",
-                                 self._name, self.deadline_s)
+                    # the first one is a warning; the rest are counted (adapters show the count
+                    # in their status) so that an outage does not log once per task
+                    log = _log.warning if self.expired_count == 1 else _log.debug
+                    log("%s: a task passed its %.3g s deadline and completed as failed (%d so "
+                        "far)", self._name, self.deadline_s, self.expired_count)
             except BaseException as exc:  # a failing deliver never stops the watcher
                 _log.exception("%s: completing an expired task raised %s", self._name, exc)
 
