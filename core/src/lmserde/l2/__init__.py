@@ -31,6 +31,13 @@ from lmserde.l2.contract.sync_driver import (
     wait_for_lookup,
     wait_for_store,
 )
+from lmserde.l2.contract.task_deadline import (
+    DEFAULT_TASK_DEADLINE_S,
+    BusyWorkers,
+    TaskDeadlines,
+    TaskGate,
+    check_task_deadline,
+)
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.l2.discovery.registry import (
@@ -68,6 +75,11 @@ from lmserde.l2.split.placement import (
 from lmserde.serde_chain import ChainStage, SerdeChainProcessor, create_serde_chain
 
 __all__ = [
+    "DEFAULT_TASK_DEADLINE_S",
+    "BusyWorkers",
+    "TaskDeadlines",
+    "TaskGate",
+    "check_task_deadline",
     "FRAME_HEADER_BYTES",
     "L1_WRITE_TAG",
     "L2_ADAPTER_GROUP",

@@ -35,6 +35,7 @@ from lmserde.testing.kit import (
     random_object,
     wait_for_result,
 )
+from lmserde.testing.slow_network import TimedTask, TrickleProxy, timed_task
 
 __all__ = [
     "ADAPTER_TIMEOUT_SECONDS",
@@ -50,8 +51,11 @@ __all__ = [
     "TIMEOUT_SECONDS",
     "MultiSerdeConformance",
     "SerdeConformance",
+    "TimedTask",
+    "TrickleProxy",
     "random_object",
     "check_golden_objects",
+    "timed_task",
     "wait_for_result",
     "write_golden_objects",
 ]

@@ -6,19 +6,25 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
+    DEFAULT_TASK_DEADLINE_S,
     AdapterTaskQueues,
     Bitmap,
+    BusyWorkers,
     KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
     QueuedResults,
+    TaskDeadlines,
+    TaskGate,
 )
 
+from lmserde_redis import abortable
 from lmserde_redis.connection import RedisClientHolder, RedisConnectionSettings
 from lmserde_redis.health import HealthTracker
 from lmserde_redis.key_names import RedisKeyNamer
@@ -44,7 +50,9 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
 
     * **Store**: pipelined ``SET`` (with ``PX`` when ``ttl_seconds`` > 0), in batches of at most
       ``batch_keys`` keys and ``batch_bytes`` bytes per round trip. A task succeeds when every
-      ``SET`` did; a key stored again is overwritten.
+      ``SET`` did; a key stored again is overwritten (atomically: a plain ``SET``), so the
+      adapter offers :meth:`replace_existing_on_store` as a no-cost switch. Each batch is copied
+      out of the caller's objects before it is sent (see *Deadlines*).
     * **Load**: pipelined ``GET``; a key is a hit only when the stored length equals the
       destination's ``get_size()`` (the exact-length contract of ``fs``), so a wrapped serde
       never reads a truncated or foreign payload.
@@ -56,8 +64,19 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
       ``maxmemory`` policy and other clients may delete it; such a key becomes a load miss.
     * **Failures**: a connection error, timeout or cluster outage fails the affected store task
       and turns the affected keys of a lookup or load into misses; tasks always complete. The
-      next operation reconnects. Work runs on ``io_workers`` threads; ``submit_*`` never waits
-      for the network (``get_object_sizes`` and :meth:`delete` do, bounded by the timeouts).
+      next operation reconnects. Work runs on ``io_workers`` threads; ``submit_*`` never touches
+      the network (not even to connect) and never waits for a worker.
+    * **Deadlines**: every task completes within ``task_deadline_s`` of its submission: when it
+      passes, the task completes as failed (store ``False``, lookup and load all misses) even if
+      its worker is still in a socket call, and the worker's later answer is discarded. Workers
+      touch the caller's objects only while their task is unreported (a load copies each value
+      into its destination, a store copies each batch out of its objects, both under the task's
+      gate, see :class:`lmserde.l2.TaskGate`): once a task was reported, failed or not, its
+      buffers are the caller's again. A store reported failed at its deadline may still land
+      later, complete (it sends a private copy). At the deadline the task's round trip in
+      progress is aborted (:mod:`lmserde_redis.abortable`), which frees its worker.
+      :meth:`get_object_sizes` and :meth:`delete` run on the workers too and wait at most
+      ``task_deadline_s``.
     """
 
     adapter_type = "redis"
@@ -71,6 +90,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         io_workers: int = 4,
         batch_keys: int = 64,
         batch_bytes: int = 64 << 20,
+        task_deadline_s: float = DEFAULT_TASK_DEADLINE_S,
     ) -> None:
         super().__init__(0)
         if io_workers < 1:
@@ -90,12 +110,16 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         self._clients = RedisClientHolder(settings)
         self._health = HealthTracker(settings.describe())
         self._queues = AdapterTaskQueues()
+        self._deadlines = TaskDeadlines(task_deadline_s, "lmserde-redis")
+        self._busy = BusyWorkers()
         self._pool = ThreadPoolExecutor(max_workers=io_workers, thread_name_prefix="lmserde-redis")
+        self._replacing = False
         self._state_lock = threading.Lock()
         self._closed = False
         self._pins = KeyPins()
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0, "load_hits": 0,
-                        "load_misses": 0, "size_mismatches": 0, "lookups": 0, "lookup_hits": 0}
+                        "load_misses": 0, "size_mismatches": 0, "lookups": 0, "lookup_hits": 0,
+                        "deadline_failures": 0}
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -106,6 +130,10 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     @property
     def namespace(self) -> str:
         return self._names.namespace
+
+    @property
+    def task_deadline_s(self) -> float:
+        return self._deadlines.deadline_s
 
     def redis_key(self, key: ObjectKey) -> bytes:
         """The Redis key name ``key`` is stored under."""
@@ -118,11 +146,35 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             for name, delta in deltas.items():
                 self._counts[name] += delta
 
-    def _submit(self, run: Callable[[], None]) -> None:
+    def _submit(self, run: Callable[[], Any]) -> Any:
+        """Queue ``run`` on the I/O threads (never blocks); its future."""
         with self._state_lock:
             if self._closed:
                 raise RuntimeError("RedisL2Adapter is closed")
-            self._pool.submit(run)
+            return self._pool.submit(self._busy.run, run)
+
+    def _gate(self, deliver: Callable[[T], None], failure: Callable[[], T]) -> TaskGate[T]:
+        """A deadline-guarded gate; its failure result counts as a deadline failure."""
+        def expired() -> T:
+            self._count(deadline_failures=1)
+            return failure()
+
+        with self._state_lock:
+            if self._closed:
+                raise RuntimeError("RedisL2Adapter is closed")
+        return self._deadlines.start(deliver, expired)
+
+    def _bounded(self, run: Callable[[TaskGate[None]], None]) -> None:
+        """Run ``run(gate)`` on the I/O threads and wait for it at most ``task_deadline_s``; at
+        the deadline ``gate`` aborts the round trip ``run`` has in progress."""
+        gate: TaskGate[None] = self._deadlines.start(lambda _: None, lambda: None)
+        future = self._submit(lambda: run(gate))
+        if wait_futures([future], timeout=self._deadlines.deadline_s).not_done:
+            _log.warning("redis adapter: a synchronous call passed its %.3g s deadline",
+                         self._deadlines.deadline_s)
+            gate.expire()  # aborts the round trip now, whether or not the watcher got here first
+        else:
+            gate.finish(None)
 
     def _batches(self, sizes: Sequence[int]) -> Iterator[list[int]]:
         """Index batches of at most ``batch_keys`` items and ``batch_bytes`` bytes (>= 1 item)."""
@@ -137,14 +189,22 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         if batch:
             yield batch
 
-    def _pipeline(self, operation: str, fill: Callable[[Any], None]) -> list[Any]:
-        """Run one pipeline; a transport failure raises, per-command errors come back as values."""
+    def _pipeline(self, operation: str, fill: Callable[[Any], None],
+                  gate: TaskGate[Any] | None = None) -> list[Any]:
+        """Run one pipeline; a transport failure raises, per-command errors come back as values.
+
+        With ``gate``, the task's deadline aborts the round trip (its socket is shut down, its
+        retries fail at once; see :mod:`lmserde_redis.abortable`)."""
         pipe = self._clients.get().pipeline(transaction=False)
         fill(pipe)
-        try:
-            return list(pipe.execute(raise_on_error=False))
-        finally:
-            pipe.reset()
+        with abortable.scope() as current:
+            unregister = gate.on_expire(current.abort) if gate is not None else None
+            try:
+                return list(pipe.execute(raise_on_error=False))
+            finally:
+                if unregister is not None:
+                    unregister()
+                pipe.reset()
 
     # -- store ----------------------------------------------------------------------------------
 
@@ -155,35 +215,49 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)
 
+        def deliver(result: L2StoreResult) -> None:
+            self._count(stores=1, store_failures=0 if result.is_successful() else 1)
+            self._queues.store.complete(task_id, result)
+
+        gate = self._gate(deliver, lambda: L2StoreResult(False, 0))
+
         def run() -> None:
             result = L2StoreResult(False, 0)
             try:
-                result = self._store(keys, objects)
+                if gate.is_open:  # a task that waited past its deadline is not sent
+                    result = self._store(keys, objects, gate)
             except Exception as exc:  # never leave a task unfinished
                 _log.exception("redis store task %d failed unexpectedly: %s", task_id, exc)
             finally:
-                self._count(stores=1, store_failures=0 if result.is_successful() else 1)
-                self._queues.store.complete(task_id, result)
+                gate.finish(result)
 
         self._submit(run)
         return task_id
 
-    def _store(self, keys: list[ObjectKey], objects: list[MemoryObj]) -> L2StoreResult:
+    def _store(self, keys: list[ObjectKey], objects: list[MemoryObj], gate: TaskGate[Any]
+               ) -> L2StoreResult:
         sizes = [int(obj.get_size()) for obj in objects]
         names = [self._names.name_of(k) for k in keys]
         stored: list[int] = []
         ok = True
         for batch in self._batches(sizes):
+            # copy the batch out of the caller's objects while the task is unreported: a send
+            # that outlives the deadline then reads only this private copy
+            still_open, values = gate.while_open(
+                lambda batch=batch: [bytes(_byte_view(objects[i])) for i in batch])
+            if not still_open or values is None:
+                ok = False
+                break
 
-            def fill(pipe: Any, batch: list[int] = batch) -> None:
-                for i in batch:
+            def fill(pipe: Any, batch: list[int] = batch, values: list[bytes] = values) -> None:
+                for i, value in zip(batch, values):
                     if self._ttl_ms:
-                        pipe.set(names[i], _byte_view(objects[i]), px=self._ttl_ms)
+                        pipe.set(names[i], value, px=self._ttl_ms)
                     else:
-                        pipe.set(names[i], _byte_view(objects[i]))
+                        pipe.set(names[i], value)
 
             try:
-                replies = self._pipeline("store", fill)
+                replies = self._pipeline("store", fill, gate)
             except Exception as exc:
                 self._health.failure("store", exc)
                 ok = False
@@ -212,23 +286,37 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         task_id = self._queues.new_task_id()
         keys = list(keys)
 
+        def deliver(bitmap: Bitmap) -> None:
+            self._count(lookups=len(keys), lookup_hits=bitmap.count())
+            self._queues.lookup.complete(task_id, bitmap)
+
+        gate = self._gate(deliver, lambda: Bitmap(len(keys)))
+
         def run() -> None:
             bitmap = Bitmap(len(keys))
             try:
-                bitmap = self._lookup(keys)
+                if gate.is_open:
+                    bitmap = self._lookup(keys, gate)
             except Exception as exc:
                 _log.exception("redis lookup task %d failed unexpectedly: %s", task_id, exc)
             finally:
-                self._count(lookups=len(keys), lookup_hits=bitmap.count())
-                self._queues.lookup.complete(task_id, bitmap)
+                hits = [keys[i] for i in bitmap.set_indices()]
+                gate.finish(bitmap, before=lambda: self._pin(hits))  # late hits are not pinned
 
         self._submit(run)
         return task_id
 
-    def _lookup(self, keys: list[ObjectKey]) -> Bitmap:
+    def _pin(self, keys: list[ObjectKey]) -> None:
+        with self._state_lock:
+            for key in keys:
+                self._pins.pin(key)
+
+    def _lookup(self, keys: list[ObjectKey], gate: TaskGate[Any]) -> Bitmap:
         bitmap = Bitmap(len(keys))
         names = [self._names.name_of(k) for k in keys]
         for batch in self._batches([0] * len(keys)):
+            if not gate.is_open:
+                break
 
             def fill(pipe: Any, batch: list[int] = batch) -> None:
                 for i in batch:
@@ -238,7 +326,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
                         pipe.exists(names[i])
 
             try:
-                replies = self._pipeline("lookup", fill)
+                replies = self._pipeline("lookup", fill, gate)
             except Exception as exc:
                 self._health.failure("lookup", exc)
                 continue
@@ -246,10 +334,6 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             for i, reply in zip(batch, replies):
                 if reply is True or (isinstance(reply, int) and reply > 0):
                     bitmap.set(i)
-        hits = [keys[i] for i in bitmap.set_indices()]
-        with self._state_lock:
-            for key in hits:
-                self._pins.pin(key)
         return bitmap
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
@@ -258,7 +342,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             closed = self._closed
         if release and not closed:
             try:
-                self._pool.submit(self._delete_now, release)
+                self._submit(lambda: self._delete_now(release))
             except RuntimeError:  # closed meanwhile: the deferred delete is dropped
                 _log.debug("redis adapter closed before a deferred delete of %d key(s)",
                            len(release))
@@ -272,31 +356,43 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)
 
+        def deliver(bitmap: Bitmap) -> None:
+            self._count(load_hits=bitmap.count(), load_misses=len(keys) - bitmap.count())
+            self._queues.load.complete(task_id, bitmap)
+
+        gate = self._gate(deliver, lambda: Bitmap(len(keys)))
+
         def run() -> None:
             bitmap = Bitmap(len(keys))
             try:
-                bitmap = self._load(keys, objects)
+                if gate.is_open:
+                    bitmap = self._load(keys, objects, gate)
             except Exception as exc:
                 _log.exception("redis load task %d failed unexpectedly: %s", task_id, exc)
+                bitmap = Bitmap(len(keys))
             finally:
-                self._count(load_hits=bitmap.count(), load_misses=len(keys) - bitmap.count())
-                self._queues.load.complete(task_id, bitmap)
+                if gate.finish(bitmap) and bitmap.count():
+                    self._notify_keys_accessed([keys[i] for i in bitmap.set_indices()])
 
         self._submit(run)
         return task_id
 
-    def _load(self, keys: list[ObjectKey], objects: list[MemoryObj]) -> Bitmap:
+    def _load(self, keys: list[ObjectKey], objects: list[MemoryObj], gate: TaskGate[Any]
+              ) -> Bitmap:
+        """Hits copied into their destinations, each copy made only while the task is open."""
         bitmap = Bitmap(len(keys))
         names = [self._names.name_of(k) for k in keys]
         sizes = [int(obj.get_size()) for obj in objects]
         for batch in self._batches(sizes):
+            if not gate.is_open:
+                break
 
             def fill(pipe: Any, batch: list[int] = batch) -> None:
                 for i in batch:
                     pipe.get(names[i])
 
             try:
-                replies = self._pipeline("load", fill)
+                replies = self._pipeline("load", fill, gate)
             except Exception as exc:
                 self._health.failure("load", exc)
                 continue
@@ -310,11 +406,12 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
                                names[i], len(value), sizes[i])
                     continue
                 if sizes[i]:
-                    _byte_view(objects[i])[:] = value
+                    copied, _ = gate.while_open(
+                        lambda i=i, value=value: _byte_view(objects[i]).__setitem__(
+                            slice(None), value))
+                    if not copied:  # reported at its deadline: the buffer is the caller's
+                        return Bitmap(len(keys))
                 bitmap.set(i)
-        accessed = [keys[i] for i in bitmap.set_indices()]
-        if accessed:
-            self._notify_keys_accessed(accessed)
         return bitmap
 
     # -- sizes, delete, listing -----------------------------------------------------------------
@@ -323,49 +420,67 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         return True
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        """Stored lengths of the keys that exist (``{}`` for all of them if Redis is unreachable).
+        """Stored lengths of the keys that exist and answered in time (``{}`` for all of them if
+        Redis is unreachable).
 
-        Synchronous: one pipelined ``STRLEN`` round trip per batch, bounded by the timeouts.
+        Synchronous: pipelined ``STRLEN`` round trips (one per batch) on an I/O thread; waits at
+        most ``task_deadline_s`` and then returns the batches that had answered.
         """
         keys = list(keys)
         names = [self._names.name_of(k) for k in keys]
-        sizes: dict[ObjectKey, int] = {}
+        found: dict[ObjectKey, int] = {}
+        lock = threading.Lock()
+
+        def run(gate: TaskGate[None]) -> None:
+            for batch_sizes in self._stored_lengths(keys, names, gate):
+                with lock:
+                    found.update(batch_sizes)
+
+        self._bounded(run)
+        with lock:
+            return dict(found)
+
+    def _stored_lengths(self, keys: list[ObjectKey], names: list[bytes], gate: TaskGate[None]
+                        ) -> Iterator[dict[ObjectKey, int]]:
+        """The stored sizes, one dict per batch as it answers."""
         empty: list[int] = []
         try:
             for batch in self._batches([0] * len(keys)):
                 replies = self._pipeline(
-                    "sizes", lambda pipe, batch=batch: [pipe.strlen(names[i]) for i in batch])
-                for i, reply in zip(batch, replies):
-                    if isinstance(reply, int) and reply > 0:
-                        sizes[keys[i]] = reply
-                    elif reply == 0:
-                        empty.append(i)
+                    "sizes", lambda pipe, batch=batch: [pipe.strlen(names[i]) for i in batch],
+                    gate)
+                yield {keys[i]: reply for i, reply in zip(batch, replies)
+                       if isinstance(reply, int) and not isinstance(reply, bool) and reply > 0}
+                empty += [i for i, reply in zip(batch, replies) if reply == 0]
             if empty:  # STRLEN is 0 for an empty value and for a missing key alike
                 replies = self._pipeline(
-                    "sizes", lambda pipe: [pipe.exists(names[i]) for i in empty])
-                for i, reply in zip(empty, replies):
-                    if isinstance(reply, int) and reply > 0:
-                        sizes[keys[i]] = 0
+                    "sizes", lambda pipe: [pipe.exists(names[i]) for i in empty], gate)
+                yield {keys[i]: 0 for i, reply in zip(empty, replies)
+                       if isinstance(reply, int) and reply > 0}
         except Exception as exc:
             self._health.failure("get_object_sizes", exc)
-            return {}
+            return
         self._health.success()
-        return sizes
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
-        """Delete keys now; keys locked by a lookup of this adapter go at their last unlock."""
+        """Delete keys now; keys locked by a lookup of this adapter go at their last unlock.
+
+        Runs on an I/O thread and waits for it at most ``task_deadline_s``; a delete cut off by
+        the deadline may not have happened (a load that finds a damaged object deletes it
+        again)."""
         with self._state_lock:
             now = self._pins.defer_pinned(keys)
         if now:
-            self._delete_now(now)
+            self._bounded(lambda gate: self._delete_now(now, gate))
 
-    def _delete_now(self, keys: list[ObjectKey]) -> None:
+    def _delete_now(self, keys: list[ObjectKey], gate: TaskGate[None] | None = None) -> None:
         names = [self._names.name_of(k) for k in keys]
         deleted: list[ObjectKey] = []
         try:
             for batch in self._batches([0] * len(keys)):
                 replies = self._pipeline(
-                    "delete", lambda pipe, batch=batch: [pipe.delete(names[i]) for i in batch])
+                    "delete", lambda pipe, batch=batch: [pipe.delete(names[i]) for i in batch],
+                    gate)
                 deleted += [keys[i] for i, r in zip(batch, replies) if isinstance(r, int) and r > 0]
         except Exception as exc:
             self._health.failure("delete", exc)
@@ -421,20 +536,39 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             namespace=self.namespace,
             ttl_seconds=self._ttl_ms / 1000.0,
             locked_keys=locked,
+            task_deadline_s=self._deadlines.deadline_s,
+            replacing_stores=self._replacing,
+            io_jobs_running=self._busy.running,
             health=self._health.snapshot(),
         )
         return status
 
+    def replace_existing_on_store(self) -> bool:
+        """Replacing stores (see :mod:`lmserde.l2.contract.replacing_store`): a Redis ``SET``
+        already replaces a key's value atomically, so this only records the switch."""
+        self._replacing = True
+        return True
+
     def close(self) -> None:
-        """Finish running tasks (bounded by the timeouts), drop queued ones, close connections and
-        fds; idempotent. Tasks that had not started are never reported."""
+        """Let running tasks finish (waiting at most ``task_deadline_s``), drop queued ones, close
+        connections (which ends any socket call still running), join the I/O threads and close
+        the fds; idempotent. Tasks that had not been reported by then are never reported."""
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        idle = self._busy.wait_idle(self._deadlines.deadline_s)
+        self._deadlines.close()
         try:
             self._clients.close()
         except Exception as exc:
             _log.debug("closing the redis client raised %s", exc)
+        if not idle:  # closing the connections ends the socket calls still running
+            idle = self._busy.wait_idle(1.0)
+        if idle:
+            self._pool.shutdown(wait=True)  # joins the I/O threads
+        else:
+            _log.warning("redis adapter: %d I/O job(s) still running after close; their tasks were "
+                         "dropped", self._busy.running)
         self._queues.close()

@@ -19,6 +19,8 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from lmserde_redis.abortable import abortable_class
+
 __all__ = ["ClusterEndpoint", "RedisConnectionSettings", "parse_cluster_nodes", "RedisClientHolder"]
 
 _URL_SCHEMES = ("redis", "rediss", "unix")
@@ -145,7 +147,8 @@ class RedisConnectionSettings:
         return kwargs
 
     def build_standalone(self) -> redis.Redis:
-        """A client for ``url``; connects lazily, so this never touches the network."""
+        """A client for ``url``; connects lazily, so this never touches the network. Its
+        connections are abortable (see :mod:`lmserde_redis.abortable`)."""
         assert self.url is not None
         kwargs = self._common_kwargs()
         parts = urlsplit(self.url)
@@ -153,12 +156,16 @@ class RedisConnectionSettings:
             kwargs.pop("username", None)
             kwargs.pop("password", None)
         try:
-            return redis.Redis.from_url(self.url, **kwargs)
+            pool = redis.ConnectionPool.from_url(self.url, **kwargs)
         except ValueError as exc:
             raise ValueError(f"invalid redis url {self.url!r}: {exc}") from None
+        pool.connection_class = abortable_class(pool.connection_class)
+        return redis.Redis.from_pool(pool)
 
     def build_cluster(self) -> RedisCluster:
-        """A cluster client; it connects to discover the topology, so this can raise."""
+        """A cluster client; it connects to discover the topology, so this can raise. Its
+        connections are redis-py's own (redis-py's cluster client takes no connection class):
+        a task's deadline still completes the task, but cannot abort its round trip."""
         return RedisCluster(
             startup_nodes=[ClusterNode(n.host, n.port) for n in self.cluster_nodes],
             require_full_coverage=False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde import SerdeOption
-from lmserde.l2 import L2AdapterSpec
+from lmserde.l2 import DEFAULT_TASK_DEADLINE_S, L2AdapterSpec, check_task_deadline
 
 from lmserde_redis.adapter import RedisL2Adapter
 from lmserde_redis.connection import RedisConnectionSettings, parse_cluster_nodes
@@ -54,6 +54,7 @@ def create_redis_adapter(options: dict[str, Any], l1_manager: Any = None) -> Red
         io_workers=int(options.get("io_workers", 4)),
         batch_keys=int(options.get("batch_keys", 64)),
         batch_bytes=int(options.get("batch_bytes", 64 << 20)),
+        task_deadline_s=float(options.get("task_deadline_s", DEFAULT_TASK_DEADLINE_S)),
     )
 
 
@@ -85,6 +86,10 @@ REDIS_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("batch_bytes", int, 64 << 20, "most value bytes per pipelined round trip "
                     "(a larger single object still goes alone)", minimum=1,
                     maximum=MAX_BATCH_BYTES),
+        SerdeOption("task_deadline_s", float, DEFAULT_TASK_DEADLINE_S, "seconds after its "
+                    "submission by which every task completes (as failed if its work is not "
+                    "done: connects, retries and slow replies included); also bounds "
+                    "get_object_sizes, delete and close", check=check_task_deadline),
     ),
     reports_object_sizes=True,
 )

@@ -7,17 +7,20 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
     AdapterTaskQueues,
     Bitmap,
+    BusyWorkers,
     KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
     QueuedResults,
+    TaskDeadlines,
+    TaskGate,
 )
 
 from lmserde_s3.client import build_client, is_not_found, is_precondition_failed
@@ -35,6 +38,8 @@ __all__ = ["S3L2Adapter"]
 
 _log = logging.getLogger("lmserde_s3")
 
+T = TypeVar("T")
+
 _READ_CHUNK = 1 << 20
 _DELETE_BATCH = 1000  # DeleteObjects' limit
 
@@ -42,6 +47,18 @@ _DELETE_BATCH = 1000  # DeleteObjects' limit
 def _check_aligned(keys: Sequence[Any], objects: Sequence[Any], what: str) -> None:
     if len(keys) != len(objects):
         raise ValueError(f"{what} got {len(keys)} keys but {len(objects)} objects")
+
+
+class _TaskClosed(Exception):
+    """The task was reported (at its deadline) while this job still had work: stop."""
+
+
+def _body_aborter(body: Any) -> Callable[[], None]:
+    """What ends a blocked read of ``body`` from another thread: urllib3's
+    ``HTTPResponse.shutdown()`` (urllib3 >= 2.3) of botocore's raw stream, else nothing (the read
+    then ends when the body does, each read bounded by ``read_timeout``)."""
+    shutdown = getattr(getattr(body, "_raw_stream", None), "shutdown", None)
+    return shutdown if callable(shutdown) else (lambda: None)
 
 
 class _Countdown:
@@ -67,23 +84,34 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     for names and docs/plugins/s3.md for the full contract).
 
     * **Concurrency**: every key of every task is one request on one of ``max_in_flight`` I/O
-      threads (the client's connection pool has as many connections); ``submit_*`` never waits for
-      the network. A task completes on the shared completion queues when its last key is done.
+      threads (the client's connection pool has as many connections); ``submit_*`` never touches
+      the network and never waits for a thread. A task completes on the shared completion queues
+      when its last key is done, or as failed at its deadline.
+    * **Deadlines**: every task completes within ``task_deadline_s`` of its submission; past it
+      the task completes as failed (store ``False``, lookup and load all misses) even if a request
+      is still running, and the requests' later answers are discarded. Requests touch the
+      caller's objects only while their task is unreported (a store copies the body out, a load
+      copies each chunk in, under the task's gate, see :class:`lmserde.l2.TaskGate`), so a
+      reported task's buffers are the caller's again at once. A store reported failed may still
+      land later, complete (it sends a private copy).
     * **Store**: ``PutObject`` with ``If-None-Match: *`` (``conditional_writes``): a key that
       already exists is skipped, also across processes sharing the bucket, and counts as stored;
       without conditional writes a ``HeadObject`` decides (a race may then overwrite an equal
       object). A task succeeds when every key was stored or skipped; ``bytes_transferred`` counts
       the bytes written. A failed key (timeout, 5xx and throttling after the client's retries, a
-      name too long) fails the task; the other keys are still stored.
+      name too long) fails the task; the other keys are still stored. After
+      :meth:`replace_existing_on_store` a store is a plain ``PutObject`` (no ``If-None-Match``, no
+      ``HeadObject``): it replaces an existing object atomically, as S3 does every ``PUT``.
     * **Lookup and lock**: ``HeadObject``; hits are pinned in this process: :meth:`delete` of a
       pinned key waits for its last unlock (lifecycle rules or other clients may still remove it;
       it then becomes a load miss).
     * **Load**: ``GetObject``; a hit only when the object's length equals the destination's
       ``get_size()`` and exactly that many bytes arrived. Missing objects, wrong lengths, errors
       and timeouts are misses for that key only.
-    * **Sizes, delete, listing**: :meth:`get_object_sizes` (``HeadObject``), :meth:`delete`
-      (``DeleteObjects``) and :meth:`list_l2_keys` (``ListObjectsV2``) wait for the service,
-      bounded by the timeouts and retries.
+    * **Sizes, delete, listing**: :meth:`get_object_sizes` (``HeadObject``) and :meth:`delete`
+      (``DeleteObjects``) run on the I/O threads and wait at most ``task_deadline_s``;
+      :meth:`list_l2_keys` (``ListObjectsV2``) waits for the service, bounded by the timeouts
+      and retries.
     """
 
     adapter_type = "s3"
@@ -99,6 +127,9 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         self._salts: dict[str, str] = {salt_tag(s): s for s in settings.tenant_routes}
         self._health = HealthTracker(settings.endpoint_url or "service")
         self._queues = AdapterTaskQueues()
+        self._deadlines = TaskDeadlines(settings.task_deadline_s, "lmserde-s3")
+        self._busy = BusyWorkers()
+        self._replacing = False
         self._pool = ThreadPoolExecutor(max_workers=settings.max_in_flight,
                                         thread_name_prefix="lmserde-s3")
         self._state_lock = threading.Lock()
@@ -107,7 +138,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0,
                         "stores_skipped": 0, "key_store_errors": 0, "lookups": 0,
                         "lookup_hits": 0, "load_hits": 0, "load_misses": 0,
-                        "size_mismatches": 0}
+                        "size_mismatches": 0, "deadline_failures": 0}
 
     # -- names ----------------------------------------------------------------------------------
 
@@ -139,13 +170,24 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         if self._closed:
             raise RuntimeError("S3L2Adapter is closed")
 
-    def _fan_out(self, n: int, job: Callable[[int], None], finish: Callable[[], None]) -> None:
-        """Run ``job(i)`` for ``i < n`` on the I/O threads, then ``finish()`` once."""
+    def _gate(self, deliver: Callable[[T], None], failure: Callable[[], T]) -> TaskGate[T]:
+        """A deadline-guarded gate; its failure result counts as a deadline failure."""
+        def expired() -> T:
+            self._count(deadline_failures=1)
+            return failure()
+
+        return self._deadlines.start(deliver, expired)
+
+    def _fan_out(self, n: int, job: Callable[[int], None], finish: Callable[[], None],
+                 gate: TaskGate[Any]) -> None:
+        """Run ``job(i)`` for ``i < n`` on the I/O threads, then ``finish()`` once; jobs that
+        start after ``gate`` closed (their task passed its deadline) are skipped."""
         countdown = _Countdown(n, finish)
 
         def run(i: int) -> None:
             try:
-                job(i)
+                if gate.is_open:
+                    job(i)
             except BaseException as exc:  # a job never leaves its task unfinished
                 _log.exception("s3 adapter: unexpected error in a per-key job: %s", exc)
             finally:
@@ -154,7 +196,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         with self._state_lock:
             self._check_open()
             for i in range(n):
-                self._pool.submit(run, i)
+                self._pool.submit(self._busy.run, lambda i=i: run(i))
 
     # -- store ----------------------------------------------------------------------------------
 
@@ -168,9 +210,17 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         written: list[int | None] = [None] * len(keys)  # bytes written; None: skipped/failed
         failed = [False] * len(keys)
 
+        def deliver(result: L2StoreResult) -> None:
+            self._count(stores=1, store_failures=0 if result.is_successful() else 1)
+            self._queues.store.complete(task_id, result)
+
+        gate = self._gate(deliver, lambda: L2StoreResult(False, 0))
+
         def job(i: int) -> None:
             try:
-                written[i] = self._store_one(keys[i], objects[i])
+                written[i] = self._store_one(keys[i], objects[i], gate)
+            except _TaskClosed:
+                failed[i] = True
             except Exception as exc:
                 failed[i] = True
                 self._count(key_store_errors=1)
@@ -182,25 +232,32 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
             if stored:
                 self._notify_keys_stored([keys[i] for i in stored],
                                          [written[i] or 0 for i in stored])
-            self._count(stores=1, store_failures=0 if ok else 1)
             total = sum(n or 0 for n in written)
-            self._queues.store.complete(task_id, L2StoreResult(ok, total if ok else 0))
+            gate.finish(L2StoreResult(ok, total if ok else 0))
 
-        self._fan_out(len(keys), job, finish)
+        self._fan_out(len(keys), job, finish, gate)
         return task_id
 
-    def _store_one(self, key: ObjectKey, obj: MemoryObj) -> int | None:
-        """Store one object; bytes written, ``None`` when it already existed (skipped)."""
+    def _store_one(self, key: ObjectKey, obj: MemoryObj, gate: TaskGate[Any]) -> int | None:
+        """Store one object; bytes written, ``None`` when it already existed (skipped).
+
+        The body is copied out of ``obj`` while the task is unreported (``_TaskClosed`` once it
+        was); the request then sends only that copy."""
         location, name = self.location_of(key)
         size = int(obj.get_size())
-        if not self._settings.conditional_writes and self._head(location, name) is not None:
+        conditional = self._settings.conditional_writes and not self._replacing
+        if (not self._settings.conditional_writes and not self._replacing
+                and self._head(location, name) is not None):
             self._count(stores_skipped=1)
             return None
-        body = bytes(memoryview(obj.byte_array).cast("B")[:size]) if size else b""
+        still_open, body = gate.while_open(
+            lambda: bytes(memoryview(obj.byte_array).cast("B")[:size]) if size else b"")
+        if not still_open or body is None:
+            raise _TaskClosed
         kwargs: dict[str, Any] = {"Bucket": location.bucket, "Key": name, "Body": body}
         if key.cache_salt:
             kwargs["Metadata"] = {SALT_METADATA: encode_salt_metadata(key.cache_salt)}
-        if self._settings.conditional_writes:
+        if conditional:
             kwargs["IfNoneMatch"] = "*"
         try:
             self._client.put_object(**kwargs)
@@ -248,26 +305,34 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         bitmap = Bitmap(len(keys))
         bits_lock = threading.Lock()
 
+        def deliver(result: Bitmap) -> None:
+            self._count(lookups=len(keys), lookup_hits=result.count())
+            self._queues.lookup.complete(task_id, result)
+
+        gate = self._gate(deliver, lambda: Bitmap(len(keys)))
+
         def job(i: int) -> None:
             if self._head_key(keys[i], "lookup") is None:
                 return
-            with self._state_lock:
-                self._pins.pin(keys[i])
             with bits_lock:
                 bitmap.set(i)
 
-        def finish() -> None:
-            self._count(lookups=len(keys), lookup_hits=bitmap.count())
-            self._queues.lookup.complete(task_id, bitmap)
+        def pin_hits() -> None:  # under the gate: hits of a task reported late are never pinned
+            with self._state_lock:
+                for i in bitmap.set_indices():
+                    self._pins.pin(keys[i])
 
-        self._fan_out(len(keys), job, finish)
+        def finish() -> None:
+            gate.finish(bitmap, before=pin_hits)
+
+        self._fan_out(len(keys), job, finish, gate)
         return task_id
 
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
             if release and not self._closed:
-                self._pool.submit(self._delete_now, release)
+                self._pool.submit(self._busy.run, lambda: self._delete_now(release))
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -281,9 +346,18 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         bitmap = Bitmap(len(keys))
         bits_lock = threading.Lock()
 
+        def deliver(result: Bitmap) -> None:
+            hits = result.count()
+            self._count(load_hits=hits, load_misses=len(keys) - hits)
+            self._queues.load.complete(task_id, result)
+
+        gate = self._gate(deliver, lambda: Bitmap(len(keys)))
+
         def job(i: int) -> None:
             try:
-                hit = self._load_one(keys[i], objects[i])
+                hit = self._load_one(keys[i], objects[i], gate)
+            except _TaskClosed:
+                hit = False
             except Exception as exc:
                 self._health.failure("load", exc)
                 hit = False
@@ -292,16 +366,15 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                     bitmap.set(i)
 
         def finish() -> None:
-            hits = bitmap.count()
-            self._count(load_hits=hits, load_misses=len(keys) - hits)
-            if hits:
+            if gate.finish(bitmap) and bitmap.count():
                 self._notify_keys_accessed([keys[i] for i in bitmap.set_indices()])
-            self._queues.load.complete(task_id, bitmap)
 
-        self._fan_out(len(keys), job, finish)
+        self._fan_out(len(keys), job, finish, gate)
         return task_id
 
-    def _load_one(self, key: ObjectKey, dst: MemoryObj) -> bool:
+    def _load_one(self, key: ObjectKey, dst: MemoryObj, gate: TaskGate[Any]) -> bool:
+        """Read one object into ``dst``; each chunk is copied in only while the task is
+        unreported (``_TaskClosed`` once it was, and ``dst`` is not touched again)."""
         location, name = self.location_of(key)
         try:
             response = self._client.get_object(Bucket=location.bucket, Key=name)
@@ -311,6 +384,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                 return False
             raise
         body = response["Body"]
+        unregister = gate.on_expire(_body_aborter(body))
         try:
             want = int(dst.get_size())
             if int(response.get("ContentLength", -1)) != want:
@@ -324,12 +398,17 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                 if end > want:
                     self._count(size_mismatches=1)
                     return False
-                view[offset:end] = chunk
+                copied, _ = gate.while_open(
+                    lambda offset=offset, end=end, chunk=chunk: view.__setitem__(
+                        slice(offset, end), chunk))
+                if not copied:
+                    raise _TaskClosed
                 offset = end
             if offset != want:
                 self._count(size_mismatches=1)
                 return False
         finally:
+            unregister()
             body.close()
         self._health.success()
         return True
@@ -340,22 +419,29 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         return True
 
     def _parallel(self, n: int, job: Callable[[int], Any]) -> list[Any]:
-        """``[job(i) for i in range(n)]`` on the I/O threads; waits for all of them."""
+        """``[job(i) for i in range(n)]`` on the I/O threads, waiting at most ``task_deadline_s``:
+        a job not done by then gives ``None``."""
         with self._state_lock:
             self._check_open()
-            futures: list[Future[Any]] = [self._pool.submit(job, i) for i in range(n)]
-        wait_futures(futures)
-        return [f.result() for f in futures]
+            futures: list[Future[Any]] = [
+                self._pool.submit(self._busy.run, lambda i=i: job(i)) for i in range(n)]
+        late = wait_futures(futures, timeout=self._deadlines.deadline_s).not_done
+        if late:
+            _log.warning("s3 adapter: %d request(s) of a synchronous call passed the %.3g s "
+                         "deadline", len(late), self._deadlines.deadline_s)
+        return [None if f in late else f.result() for f in futures]
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        """Stored sizes (``HeadObject``) of the keys that exist and answered; waits for them."""
+        """Stored sizes (``HeadObject``) of the keys that exist and answered within
+        ``task_deadline_s`` (the call never waits longer)."""
         keys = list(keys)
         heads = self._parallel(len(keys), lambda i: self._head_key(keys[i], "get_object_sizes"))
         return {k: int(h["ContentLength"]) for k, h in zip(keys, heads) if h is not None}
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
-        """Delete keys now (waits); keys pinned by a lookup of this adapter go at their last
-        unlock. Failures are logged and leave the objects in place.
+        """Delete keys now (waits, at most about twice ``task_deadline_s``: the lookup, then the
+        delete); keys pinned by a lookup of this adapter go at their last unlock. Failures are
+        logged and leave the objects in place.
 
         S3 deletes are idempotent and do not say whether an object existed, so the keys are
         looked up first (one HEAD each): listeners and usage hear only of objects that were
@@ -365,7 +451,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         with self._state_lock:
             now = self._pins.defer_pinned(k for k in keys if k in present)
         if now:
-            self._delete_now(now)
+            self._parallel(1, lambda _: self._delete_now(now))
 
     def _delete_now(self, keys: list[ObjectKey]) -> None:
         by_location: dict[S3Location, list[tuple[ObjectKey, str]]] = {}
@@ -468,6 +554,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
             closed = self._closed
         status.update(self._settings.describe())
         status.update(is_healthy=self._health.healthy and not closed, locked_keys=locked,
+                      replacing_stores=self._replacing, io_jobs_running=self._busy.running,
                       credential_source=self.credential_source(), health=self._health.snapshot())
         return status
 
@@ -475,17 +562,33 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         return (f"S3L2Adapter(bucket={self._settings.bucket!r}, prefix={self._settings.prefix!r}, "
                 f"endpoint_url={self._settings.endpoint_url!r})")
 
+    def replace_existing_on_store(self) -> bool:
+        """Replacing stores (see :mod:`lmserde.l2.contract.replacing_store`): from now on a store
+        is a plain ``PutObject``, which replaces an existing object atomically."""
+        self._replacing = True
+        return True
+
     def close(self) -> None:
-        """Finish running requests (bounded by the timeouts), drop queued ones, join the I/O
-        threads, close the client's connections and the fds; idempotent. Tasks whose keys had not
-        all run are never reported."""
+        """Let running requests finish (waiting at most ``task_deadline_s``), drop queued ones,
+        close the client's connections, join the I/O threads (unless one is still in a socket
+        call a second later: it is logged and left) and close the fds; idempotent. Tasks not
+        reported by then are never reported."""
         with self._state_lock:
             if self._closed:
                 return
             self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        idle = self._busy.wait_idle(self._deadlines.deadline_s)
+        self._deadlines.close()
         try:
             self._client.close()
         except Exception as exc:
             _log.debug("closing the s3 client raised %s", exc)
+        if not idle:  # closing the connections ends the socket calls still running
+            idle = self._busy.wait_idle(1.0)
+        if idle:
+            self._pool.shutdown(wait=True)  # joins the I/O threads
+        else:
+            _log.warning("s3 adapter: %d I/O job(s) still running after close; their tasks were "
+                         "dropped", self._busy.running)
         self._queues.close()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from lmserde.l2 import DEFAULT_TASK_DEADLINE_S, check_task_deadline
+
 __all__ = ["S3Location", "S3Settings", "parse_tenant_routes", "check_bucket_name",
            "normalize_prefix", "check_endpoint_url", "bounded_number"]
 
@@ -134,6 +136,7 @@ class S3Settings:
     max_attempts: int = 3
     retry_mode: str = "standard"
     conditional_writes: bool = True
+    task_deadline_s: float = DEFAULT_TASK_DEADLINE_S
     tenant_routes: Mapping[str, S3Location] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -143,6 +146,7 @@ class S3Settings:
         check_endpoint_url(self.endpoint_url)
         if self.max_in_flight < 1 or self.max_attempts < 1:
             raise ValueError("max_in_flight and max_attempts must be >= 1")
+        check_task_deadline(self.task_deadline_s)
 
     @property
     def default_location(self) -> S3Location:
@@ -167,4 +171,5 @@ class S3Settings:
                 "max_in_flight": self.max_in_flight, "connect_timeout": self.connect_timeout,
                 "read_timeout": self.read_timeout, "max_attempts": self.max_attempts,
                 "retry_mode": self.retry_mode, "conditional_writes": self.conditional_writes,
+                "task_deadline_s": self.task_deadline_s,
                 "tenant_routes": {salt_tag(s): str(loc) for s, loc in self.tenant_routes.items()}}

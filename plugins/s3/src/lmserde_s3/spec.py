@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde import SerdeOption
-from lmserde.l2 import L2AdapterSpec
+from lmserde.l2 import DEFAULT_TASK_DEADLINE_S, L2AdapterSpec, check_task_deadline
 
 from lmserde_s3.adapter import S3L2Adapter
 from lmserde_s3.settings import (
@@ -57,6 +57,7 @@ def settings_from_options(options: dict[str, Any]) -> S3Settings:
         max_in_flight=options["max_in_flight"], connect_timeout=options["connect_timeout"],
         read_timeout=options["read_timeout"], max_attempts=options["max_attempts"],
         retry_mode=options["retry_mode"], conditional_writes=options["conditional_writes"],
+        task_deadline_s=options["task_deadline_s"],
         tenant_routes=parse_tenant_routes(options["tenant_routes"], default),
     )
 
@@ -100,6 +101,10 @@ S3_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("conditional_writes", bool, True, "skip existing keys with If-None-Match: * "
                     "(atomic, also across processes); false: HeadObject before PutObject for "
                     "services without conditional writes"),
+        SerdeOption("task_deadline_s", float, DEFAULT_TASK_DEADLINE_S, "seconds after its "
+                    "submission by which every task completes (as failed if its requests are "
+                    "not done: connects, retries, backoff and slow bodies included); also bounds "
+                    "get_object_sizes, delete and close", check=check_task_deadline),
         SerdeOption("tenant_routes", object, None, "per-tenant locations: {cache_salt: "
                     "{\"bucket\": ..., \"prefix\": ...}}; other tenants use bucket/prefix",
                     check=_check_routes),
