@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from packaging.utils import canonicalize_name
 
 from lmserde._version import __version__
-from lmserde.cli import info_command, new_plugin_command, plugins_command, scrub_command
+from lmserde.cli import (
+    bench_command,
+    info_command,
+    new_plugin_command,
+    plugins_command,
+    scrub_command,
+)
 from lmserde.install_hints import CLI_COMMANDS, install_hint, providing_distribution
 from lmserde.plugin_discovery import DISABLE_ENV
 
@@ -34,18 +40,10 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     info_command.add_parser(sub)
     scrub_command.add_parser(sub)
     new_plugin_command.add_parser(sub)
-    _add_bench(sub)
+    bench_command.add_parser(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
     return parser
-
-
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    try:
-        from lmserde.cli import bench_command
-    except ImportError:  # the bench layer is optional while it is being built
-        return
-    bench_command.add_parser(sub)
 
 
 def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
