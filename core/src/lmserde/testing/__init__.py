@@ -13,28 +13,14 @@ Usage::
     class TestMyAdapter(L2AdapterConformance):
         def make_adapter(self, tmp_path):
             return MyAdapter(tmp_path)
+
+Its names are exported lazily, as in every lmserde package: listed once, in
+``__init__.pyi``, which ``lazy_loader`` reads at import (a name's module is imported on first
+access) and type checkers read too.
 """
 
-from lmserde.testing.adapter_kit import ADAPTER_TIMEOUT_SECONDS, L2AdapterConformance, adapter_key
-from lmserde.testing.kit import (
-    DEFAULT_KV_LAYOUTS,
-    DEFAULT_LAYOUTS,
-    TIMEOUT_SECONDS,
-    MultiSerdeConformance,
-    SerdeConformance,
-    random_object,
-    wait_for_result,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ADAPTER_TIMEOUT_SECONDS",
-    "L2AdapterConformance",
-    "adapter_key",
-    "DEFAULT_KV_LAYOUTS",
-    "DEFAULT_LAYOUTS",
-    "TIMEOUT_SECONDS",
-    "MultiSerdeConformance",
-    "SerdeConformance",
-    "random_object",
-    "wait_for_result",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
