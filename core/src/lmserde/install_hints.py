@@ -87,14 +87,17 @@ def install_command(dist: str, checkout: Path | None, *, cwd: Path | None = None
     the wheels form (also used when the checkout has no directory for ``dist``). Paths are
     relative when ``cwd`` (default: the current directory) is the checkout root.
     """
-    root = checkout
-    plugin_dir = None if root is None else _plugin_dir(root, dist)
-    if root is None or plugin_dir is None:
+    plugin_dir = None if checkout is None else _plugin_dir(checkout, dist)
+    if checkout is None or plugin_dir is None:
         return f"pip install -c {CONSTRAINTS_FILE} --find-links DIR {dist} {_WHEELS_NOTE}"
-    here = (cwd or Path.cwd()).resolve()
-    if here == root.resolve():
-        return f"pip install -c {CONSTRAINTS_FILE} ./{plugin_dir.relative_to(root).as_posix()}"
-    return (f"pip install -c {shlex.quote(str(root / CONSTRAINTS_FILE))} "
+    try:
+        here: Path | None = (cwd or Path.cwd()).resolve()
+    except OSError:  # the current directory was removed
+        here = None
+    if here == checkout.resolve():
+        return (f"pip install -c {CONSTRAINTS_FILE} "
+                f"./{plugin_dir.relative_to(checkout).as_posix()}")
+    return (f"pip install -c {shlex.quote(str(checkout / CONSTRAINTS_FILE))} "
             f"{shlex.quote(str(plugin_dir))}")
 
 
