@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,79 @@ def test_every_exported_name_resolves_to_its_module(name: str) -> None:
     module = _stub_exports()[name]
     value = getattr(lmserde, name)
     assert value is getattr(sys.modules[module], name)
+
+
+#: Every package of core that exports names: each does it the same way (``lazy_loader`` reading
+#: its ``__init__.pyi``).
+PACKAGES = ["lmserde.l1", "lmserde.l2", "lmserde.bench", "lmserde.lmcache", "lmserde.testing"]
+CORE = Path(lmserde.__file__).parent
+
+
+def _package_stub(package: str) -> dict[str, str]:
+    init = CORE.joinpath(*package.split(".")[1:], "__init__.pyi")
+    table: dict[str, str] = {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 1 and node.module, ast.unparse(node)
+            for alias in node.names:
+                assert alias.asname == alias.name, f"{alias.name}: a stub re-export is `X as X`"
+                table[alias.name] = f"{package}.{node.module}"
+    return table
+
+
+def _exports_something(init: Path) -> bool:
+    """Whether an ``__init__.py`` does more than carry a docstring (and the version import)."""
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom) and node.module in ("__future__", "lmserde._version"):
+            continue
+        return True
+    return False
+
+
+def test_every_package_that_exports_names_uses_the_one_mechanism() -> None:
+    exporting = set()
+    for init in CORE.rglob("__init__.py"):
+        package = ".".join(("lmserde", *init.parent.relative_to(CORE).parts))
+        if _exports_something(init):
+            exporting.add(package)
+            assert "lazy_loader.attach_stub(__name__, __file__)" in init.read_text(), package
+            assert init.with_suffix(".pyi").is_file(), package
+    assert exporting == {"lmserde", *PACKAGES}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_name_in_a_package_stub_imports(package: str) -> None:
+    names = sorted(_package_stub(package))
+    code = (f"import importlib; p = importlib.import_module({package!r}); names = {names!r}; "
+            "missing = [n for n in names if not hasattr(p, n)]; "
+            "assert not missing, missing; "
+            "assert sorted(p.__all__) == names == sorted(dir(p)), (p.__all__, names)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=False)  # a fresh interpreter: no name preloaded
+    assert result.returncode == 0, result.stderr
+    for name, module in _package_stub(package).items():
+        assert getattr(importlib.import_module(package), name) is \
+            getattr(importlib.import_module(module), name), name
+
+
+def test_l2_keeps_every_name_it_exported_eagerly() -> None:
+    """The l2 names as they were before the stub (the replacing-store contract included)."""
+    import lmserde.l2 as l2
+    assert {"ReplacingStoreAdapter", "enable_replacing_stores", "ChainStage",
+            "SerdeChainProcessor", "create_serde_chain", "create_l2_adapter", "store_sync",
+            "load_sync", "SerdeL2AdapterWrapper", "FRAME_HEADER_BYTES"} <= set(l2.__all__)
+    assert len(l2.__all__) == 65
+
+
+def test_importing_the_packages_does_not_import_torch() -> None:
+    code = ("import sys; from lmserde.bench import BUILTIN_MODELS, DEFAULT_TIERS; "
+            "import lmserde.l1, lmserde.l2, lmserde.lmcache, lmserde.testing; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from lmserde import (
     create_serde_processor,
     get_registered_serde_types,
     get_serde_size_contract,
+    install_hints,
     max_workers_option,
     register_serde_factory,
     registry,
@@ -23,6 +25,8 @@ from lmserde import (
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.plugin_discovery import EntryPointGroup
 from lmserde.registry import unregister_serde_factory
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -50,15 +54,40 @@ def test_unknown_type_lists_registered_types() -> None:
 
 
 def test_unknown_type_of_a_shipped_plugin_gets_a_pip_hint(monkeypatch: Any) -> None:
-    # simulate an environment where the plugin distribution is not installed
+    # simulate an environment where the plugin distribution is not installed, with core run
+    # from this checkout's root (the README's commands; tests/core/test_install_hints.py has
+    # the other places a core can come from)
     monkeypatch.setattr(registry.SERDES, "_group", EntryPointGroup("lmserde.tests.empty-group"))
-    with pytest.raises(ValueError, match=r"pip install --find-links DIR lmserde-turboquant \(DIR: "
-                                         r"wheels built by `nox -s build`.*pip install \./plugins/"):
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
+    with pytest.raises(ValueError, match=r"'turboquant' is provided by lmserde-turboquant\. "
+                                         r"Install it with: pip install -c constraints\.txt "
+                                         r"\./plugins/turboquant$"):
         create_serde_processor(SerdeConfig("turboquant"))
-    with pytest.raises(ValueError, match="pip install --find-links DIR lmserde-asym-k16-v8"):
+    with pytest.raises(ValueError, match=r"pip install -c constraints\.txt \./plugins/asym_k16_v8$"):
         create_serde_processor(SerdeConfig("asym_k16_v8_v_only"))
-    with pytest.raises(ValueError, match="pip install --find-links DIR lmserde-zstd"):
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: None)  # core from wheels
+    with pytest.raises(ValueError, match=r"pip install -c constraints\.txt --find-links DIR "
+                                         r"lmserde-zstd \(DIR: the wheels `nox -s build` writes"):
         create_serde_processor(SerdeConfig("zstd"))
+
+
+def test_a_mistyped_serde_type_gets_the_closest_name(monkeypatch: Any) -> None:
+    with pytest.raises(ValueError, match=r"Unknown serde type 'identiy'\. Registered: .*identity.*"
+                                         r"\. Did you mean 'identity'\?$"):
+        create_serde_processor(SerdeConfig("identiy"))
+    with pytest.raises(ValueError) as info:
+        create_serde_processor(SerdeConfig("nope"))
+    assert "Did you mean" not in str(info.value)
+    # the closest name may be a plugin of this repository that is not installed: then its hint
+    monkeypatch.setattr(registry.SERDES, "_group", EntryPointGroup("lmserde.tests.empty-group"))
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
+    with pytest.raises(ValueError, match=r"Unknown serde type 'turboqaunt'\. Registered: \(none\)\. "
+                                         r"Did you mean 'turboquant'\? 'turboquant' is provided by "
+                                         r"lmserde-turboquant\. Install it with: pip install -c "
+                                         r"constraints\.txt \./plugins/turboquant$"):
+        create_serde_processor(SerdeConfig("turboqaunt"))
 
 
 def test_max_workers_accepts_an_int() -> None:

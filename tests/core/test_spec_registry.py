@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lmserde import PluginLoadError, hooks
+from lmserde import PluginLoadError, hooks, install_hints
 from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.cli.main import main
 from lmserde.install_hints import L2_ADAPTER_GROUP, SERDE_GROUP
@@ -17,6 +17,8 @@ from lmserde.plugin_discovery import EntryPointGroup
 from lmserde.plugin_registry import SpecRegistry
 from lmserde.registries import L2_ADAPTERS, SERDES
 from lmserde.registry import get_serde_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 WIDGETS = '''
 SPEC = {"widget": "round"}
@@ -73,15 +75,38 @@ def test_a_later_group_gets_the_same_registry(plugin_site: Callable[..., Path]) 
 def test_an_adapter_that_is_not_installed_gets_the_install_hint(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(L2_ADAPTERS, "_group", EntryPointGroup("lmserde.tests.empty-group"))
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
     with pytest.raises(ValueError, match=r"Unknown L2 adapter type 'redis'\. Registered: .*"
                                          r"'redis' is provided by lmserde-redis\. Install it with: "
-                                         r"pip install --find-links DIR lmserde-redis"):
+                                         r"pip install -c constraints\.txt \./plugins/redis$"):
         create_l2_adapter({"type": "redis", "host": "127.0.0.1"})
-    with pytest.raises(ValueError, match="pip install --find-links DIR lmserde-s3"):
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: None)  # core from wheels
+    with pytest.raises(ValueError, match="pip install -c constraints.txt --find-links DIR lmserde-s3"):
         get_l2_adapter_spec("s3")
     with pytest.raises(ValueError) as info:
         get_l2_adapter_spec("nosuchstore")
     assert "pip install" not in str(info.value)  # no hint for names nobody here provides
+    assert "Did you mean" not in str(info.value)
+
+
+def test_a_mistyped_adapter_type_gets_the_closest_name() -> None:
+    with pytest.raises(ValueError, match=r"Unknown L2 adapter type 'memroy'\. Registered: .*memory"
+                                         r".*\. Did you mean 'memory'\?$"):
+        create_l2_adapter({"type": "memroy"})
+    with pytest.raises(ValueError, match=r"Did you mean 'fs'\?$"):
+        get_l2_adapter_spec("fss")
+
+
+def test_a_typo_of_a_disabled_plugin_says_it_is_disabled(
+        plugin_site: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LMSERDE_DISABLE_PLUGINS", "lmserde-testplugin-store")
+    plugin_site("lmserde-testplugin-store", "1.0",
+                entry_points={L2_ADAPTER_GROUP: {"widestore": "lmserde_testplugin_store:factory"}},
+                modules={"lmserde_testplugin_store": ADAPTER})
+    with pytest.raises(ValueError, match=r"Did you mean 'widestore'\? \('widestore' is installed "
+                                         r"but disabled by LMSERDE_DISABLE_PLUGINS\)$"):
+        get_l2_adapter_spec("widestor")
 
 
 def test_serdes_and_adapters_word_the_same_problems_the_same_way(
@@ -130,15 +155,16 @@ def _without_hook_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_plugin_command_that_is_missing_says_what_to_install(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _without_hook_plugins(monkeypatch)
+    monkeypatch.setattr(install_hints, "checkout_root", lambda: REPO_ROOT)
+    monkeypatch.chdir(REPO_ROOT)
     try:
         assert main(["keygen", "/tmp/never-written"]) == 2
     finally:
         monkeypatch.undo()
         hooks.reset_plugin_manager()
     err = capsys.readouterr().err
-    assert err.startswith("lmserde: unknown command 'keygen'. 'keygen' is provided by "
-                          "lmserde-aesgcm. Install it with: pip install --find-links DIR "
-                          "lmserde-aesgcm")
+    assert err == ("lmserde: unknown command 'keygen'. 'keygen' is provided by lmserde-aesgcm. "
+                   "Install it with: pip install -c constraints.txt ./plugins/aesgcm\n")
 
 
 def test_a_disabled_plugin_command_says_it_is_disabled(

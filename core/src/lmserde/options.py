@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from lmserde.suggestions import did_you_mean
 
 __all__ = [
     "SerdeOption",
@@ -213,8 +214,7 @@ def validate_options(
     if unknown:
         key = unknown[0]
         accepted = ", ".join(sorted(by_name)) or "(none)"
-        close = difflib.get_close_matches(str(key), list(by_name), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(str(key), by_name)
         raise ValueError(
             f"Unknown option '{key}' for {kind} '{serde_type}'. Accepted options: {accepted}.{hint}"
         )

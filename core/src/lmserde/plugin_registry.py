@@ -19,8 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from lmserde.builtin_plugins import BUILTIN_FACTS, CORE_DISTRIBUTION_NAME, BuiltinFacts
 from lmserde.containment import describe_exception, must_propagate
-from lmserde.install_hints import install_hint
+from lmserde.install_hints import KNOWN_PROVIDERS, install_hint
 from lmserde.plugin_discovery import DISABLE_ENV, EntryPointGroup, PluginLoadError, PluginRecord
+from lmserde.suggestions import closest_match
 
 __all__ = ["SpecRegistry", "RegistryEntry", "PluginInfo", "spec_from_entry_object"]
 
@@ -139,16 +140,30 @@ class SpecRegistry(Generic[S]):
             ) from exc
 
     def unknown_error(self, name: str) -> ValueError:
-        """``Unknown <kind> type 'x'. Registered: a, b`` plus why it is missing, when known."""
-        listing = ", ".join(sorted(self.names())) or "(none)"
+        """``Unknown <kind> type 'x'. Registered: a, b`` plus why it is missing, when known:
+        disabled, the install hint of a plugin of this repository, or else the closest name
+        (registered; installed but disabled, said so; or provided by this repository, with
+        its install hint)."""
+        names = self.names()
+        listing = ", ".join(sorted(names)) or "(none)"
         message = f"Unknown {self.kind} type '{name}'. Registered: {listing}"
         record = self._group.get(name)
         if record is not None and record.disabled:
-            message += f" ('{name}' is installed but disabled by {DISABLE_ENV})"
-        else:
-            hint = install_hint(self.group_name, name)
-            if hint:
-                message += f". {hint}"
+            return ValueError(message + f" ('{name}' is installed but disabled by {DISABLE_ENV})")
+        hint = install_hint(self.group_name, name)
+        if hint:
+            return ValueError(message + f". {hint}")
+        with self._lock:
+            installed = list(self._group.records())  # disabled ones too: say so below
+        candidates = {*names, *installed, *KNOWN_PROVIDERS.get(self.group_name, {})}
+        close = closest_match(name, sorted(candidates))
+        if close is not None:
+            message += f". Did you mean '{close}'?"
+            close_record = self._group.get(close)
+            if close_record is not None and close_record.disabled:
+                message += f" ('{close}' is installed but disabled by {DISABLE_ENV})"
+            elif close not in names:
+                message += f" {install_hint(self.group_name, close)}"
         return ValueError(message)
 
     def origin(self, name: str) -> str:

@@ -22,5 +22,3 @@ class TaskOutcome:
     def failed_items(self) -> tuple[int, ...]:
         return tuple(i for i, e in enumerate(self.item_errors) if e is not None)
 
-    def item_ok(self, index: int) -> bool:
-        return self.item_errors[index] is None

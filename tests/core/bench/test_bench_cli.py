@@ -20,6 +20,8 @@ TOP_FIELDS = {"schema_version", "lmserde_version", "source", "settings", "machin
               "results", "recommendations", "notes", "elapsed_seconds", "frame"}
 FRAME_FIELDS = {"serde", "bytes_per_object", "chunk_bytes", "rounds", "framed_ms", "unframed_ms",
                 "overhead", "overhead_range", "paired_overhead", "paired_extra_ms",
+                "pairs", "paired_extra_ms_interval", "paired_overhead_interval",
+                "paired_interval_coverage", "within_noise",
                 "framed_store_ms", "unframed_store_ms", "framed_load_ms", "unframed_load_ms",
                 "cpu_overhead", "cpu_overhead_range"}
 SOURCE_FIELDS = {"kind", "model", "model_description", "model_layers", "seed", "layers_per_chunk",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,22 @@ def test_the_paired_overhead_is_the_median_difference_of_each_chunks_two_modes(
     round (the two modes take turns chunk by chunk): with made-up timings in which every framed
     operation takes 2 ms more than its unframed partner, whatever the chunk's own time (one
     chunk in three hit by a slow spell), the paired extra time is exactly 4 ms."""
+    _fake_timings(monkeypatch, lambda pair: 0.002)
+    found = measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)},
+                                   {"type": "identity"}, _chunks(3), 2)
+    assert found["paired_extra_ms"] == pytest.approx(4.0)  # +2 ms store, +2 ms load
+    assert found["paired_overhead"] == pytest.approx(4.0 / found["unframed_ms"])
+    # a steady cost: every pair says +4 ms, so does the interval, and the line gives the number
+    assert found["pairs"] == 6 and found["within_noise"] is False
+    assert found["paired_extra_ms_interval"] == pytest.approx([4.0, 4.0])
+    line = describe_frame_overhead(found)
+    assert line is not None and "framed +4.00 ms (" in line and "within noise" not in line
+    assert "interval" in line and "6 pairs in 2 rounds" in line
+
+
+def _fake_timings(monkeypatch: pytest.MonkeyPatch, extra_s: Callable[[int], float]) -> None:
+    """Real stores and loads, reported with made-up times: a chunk's own time (one chunk in
+    three hit by a slow spell) plus, when framed, ``extra_s(pair)``."""
     calls = [0]
 
     def fake(op: str) -> object:
@@ -64,15 +82,31 @@ def test_the_paired_overhead_is_the_median_difference_of_each_chunks_two_modes(
             pair = calls[0] // 2  # the two modes of one chunk come one after the other
             calls[0] += 1
             base = 0.050 if pair % 3 == 2 else 0.008
-            return base + (0.002 if framed else 0.0), 0.0
+            return base + (extra_s(pair) if framed else 0.0), 0.0
         return timed
 
     monkeypatch.setattr(frame_overhead._Rounds, "store", fake("store"))
     monkeypatch.setattr(frame_overhead._Rounds, "load", fake("load"))
+
+
+def test_a_difference_the_noise_swamps_is_reported_as_within_noise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made-up timings in which each framed operation costs 0.5 ms more than its partner plus
+    noise of 3 ms (standard deviation): the median difference has a sign, but its
+    interval reaches 0, and the line says so instead of printing a percentage a rerun could
+    flip."""
+    rng = random.Random(5)
+    swings = [0.0005 + rng.gauss(0.0, 0.003) for _ in range(200)]
+    _fake_timings(monkeypatch, lambda pair: swings[pair])
     found = measure_frame_overhead({"type": "fs", "base_path": str(tmp_path)},
-                                   {"type": "identity"}, _chunks(3), 2)
-    assert found["paired_extra_ms"] == pytest.approx(4.0)  # +2 ms store, +2 ms load
-    assert found["paired_overhead"] == pytest.approx(4.0 / found["unframed_ms"])
+                                   {"type": "identity"}, _chunks(4), 5)
+    assert found["pairs"] == 20 and found["paired_interval_coverage"] >= 0.95
+    lo, hi = found["paired_extra_ms_interval"]
+    assert lo < 0 < hi and found["within_noise"] is True
+    assert found["paired_extra_ms"] != 0
+    line = describe_frame_overhead(found)
+    assert line is not None and "the frame's cost is within noise (paired median " in line
+    assert "95% interval -" in line and "20 pairs in 5 rounds" in line
 
 
 @pytest.mark.parametrize("cold", [True, False])

@@ -18,7 +18,9 @@ over every chunk of every counted round, of the framed store + load minus the un
 load of that chunk in that round (measured back to back), over the median unframed store + load.
 Each difference compares two operations a few milliseconds apart, so a slow spell or an outlier
 (a page-cache stall of a shared machine) mostly cancels or is left out; repeated runs of the
-paired estimate spread about half as widely as the ratio of medians on a noisy 2-vCPU VM. The
+paired estimate spread about half as widely as the ratio of medians on a noisy 2-vCPU VM. Its
+95 % interval is the median's sign-test interval over those differences; when it reaches 0 the
+report says the frame's cost is within noise (a single run cannot tell its sign). The
 **ratio of medians**: ``framed / unframed - 1`` of the median store plus the median load over all
 counted rounds; its range is the same ratio per round. The CPU overhead is
 the median over rounds of ``framed / unframed - 1`` of the process's CPU time (every thread)
@@ -28,6 +30,7 @@ the bench's model, ``benchmarks/bench_frame.py`` (``nox -s bench``) with ``ident
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -38,6 +41,7 @@ import torch
 
 from lmserde.bench.data_path import BENCH_MODEL_NAME, DataPathError, reserve_l1_object
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
+from lmserde.bench.median_interval import median_interval
 from lmserde.keys import ObjectKey
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter, load_sync, store_sync
@@ -184,7 +188,11 @@ def measure_frame_overhead(
     Returns ``serde`` (its type), ``bytes_per_object``, ``chunk_bytes``, ``rounds``,
     ``framed_ms`` / ``unframed_ms`` (median store + median load per chunk), ``paired_extra_ms``
     (the median over chunks and rounds of framed minus unframed store + load) and
-    ``paired_overhead`` (that over ``unframed_ms``), ``overhead`` (the ratio of medians) and
+    ``paired_overhead`` (that over ``unframed_ms``), ``pairs`` (how many differences),
+    ``paired_extra_ms_interval`` / ``paired_overhead_interval`` (the median's sign-test interval,
+    :mod:`lmserde.bench.median_interval`), ``paired_interval_coverage`` (its confidence, 95 %
+    from 6 pairs on) and ``within_noise`` (the interval reaches 0), ``overhead`` (the ratio of
+    medians) and
     ``overhead_range`` (that ratio per round), ``framed_store_ms`` / ``unframed_store_ms`` /
     ``framed_load_ms`` / ``unframed_load_ms`` (medians), and ``cpu_overhead`` /
     ``cpu_overhead_range``. Raises
@@ -212,15 +220,20 @@ def measure_frame_overhead(
     per_round = [_ms(r[True]["store"], r[True]["load"]) / _ms(r[False]["store"], r[False]["load"])
                  - 1.0 for r in done]
     cpu = [r[True]["cpu"] / r[False]["cpu"] - 1.0 for r in done if r[False]["cpu"] > 0]
-    paired_extra_ms = statistics.median(
+    paired = median_interval([
         (r[True]["store"][i] + r[True]["load"][i] - r[False]["store"][i] - r[False]["load"][i])
-        * 1e3 for r in done for i in range(len(chunks)))
+        * 1e3 for r in done for i in range(len(chunks))])
     serde_type = serde.get("type") if isinstance(serde, Mapping) else str(serde)
     return {
         "serde": serde_type, "bytes_per_object": FRAME_HEADER_BYTES, "chunk_bytes": nbytes,
         "rounds": rounds, "framed_ms": framed_ms, "unframed_ms": unframed_ms,
-        "paired_extra_ms": paired_extra_ms,
-        "paired_overhead": paired_extra_ms / unframed_ms,
+        "paired_extra_ms": paired.median,
+        "paired_overhead": paired.median / unframed_ms,
+        "pairs": paired.samples,
+        "paired_extra_ms_interval": [paired.low, paired.high],
+        "paired_overhead_interval": [paired.low / unframed_ms, paired.high / unframed_ms],
+        "paired_interval_coverage": paired.coverage,
+        "within_noise": paired.includes_zero,
         "overhead": framed_ms / unframed_ms - 1.0,
         "overhead_range": [min(per_round), max(per_round)],
         "framed_store_ms": statistics.median(every[True]["store"]) * 1e3,
@@ -233,12 +246,24 @@ def measure_frame_overhead(
 
 
 def describe_frame_overhead(frame: Mapping[str, Any] | None) -> str | None:
-    """One line for the report, or ``None`` when it was not measured."""
+    """One line for the report, or ``None`` when it was not measured.
+
+    It reports the paired estimate with its interval (:mod:`lmserde.bench.median_interval`);
+    when that interval reaches 0 the line says the frame's cost is within noise instead of
+    giving a signed percentage a rerun could flip.
+    """
     if not frame:
         return None
-    lo, hi = frame["overhead_range"]
-    return (f"stored-object frame: {frame['bytes_per_object']} bytes per object; store + load of "
-            f"a {frame['chunk_bytes'] / 2**20:.1f} MiB chunk through {frame['serde']} "
-            f"{frame['framed_ms']:.2f} ms framed vs {frame['unframed_ms']:.2f} ms unframed "
-            f"({frame['paired_overhead']:+.1%} paired; ratio of medians {frame['overhead']:+.1%}, "
-            f"per round {lo:+.1%} to {hi:+.1%}; {frame['rounds']} rounds)")
+    lo, hi = frame["paired_overhead_interval"]
+    coverage = math.floor(frame["paired_interval_coverage"] * 100 + 1e-9)  # "at least" that
+    interval = (f"{coverage}% interval {lo:+.1%} to {hi:+.1%}, "
+                f"{frame['pairs']} pairs in {frame['rounds']} rounds")
+    head = (f"stored-object frame: {frame['bytes_per_object']} bytes per object; store + load "
+            f"of a {frame['chunk_bytes'] / 2**20:.1f} MiB chunk through {frame['serde']}: "
+            f"{frame['unframed_ms']:.2f} ms unframed, ")
+    if frame["within_noise"]:
+        return head + (f"the frame's cost is within noise (paired median "
+                       f"{frame['paired_extra_ms']:+.2f} ms, {frame['paired_overhead']:+.1%}; "
+                       f"{interval})")
+    return head + (f"framed {frame['paired_extra_ms']:+.2f} ms ({frame['paired_overhead']:+.1%} "
+                   f"paired; {interval})")

@@ -273,8 +273,3 @@ def complete_config(config: SerdeConfigValue, ctx: RunContext) -> SerdeConfigVal
                     ctx.notes.append(note)
         completed.append(stage)
     return completed if isinstance(config, list) else completed[0]
-
-
-def config_options(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The options of one serde dict (everything but ``type``)."""
-    return {k: v for k, v in config.items() if k != "type"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -11,7 +12,13 @@ from collections.abc import Sequence
 from packaging.utils import canonicalize_name
 
 from lmserde._version import __version__
-from lmserde.cli import info_command, new_plugin_command, plugins_command, scrub_command
+from lmserde.cli import (
+    bench_command,
+    info_command,
+    new_plugin_command,
+    plugins_command,
+    scrub_command,
+)
 from lmserde.install_hints import CLI_COMMANDS, install_hint, providing_distribution
 from lmserde.plugin_discovery import DISABLE_ENV
 
@@ -21,6 +28,9 @@ _log = logging.getLogger(__name__)
 
 #: Exit code for bad command-line input (argparse uses 2 as well).
 EXIT_USAGE = 2
+#: Exit code when the reader of stdout went away: 128 + SIGPIPE, what a shell reports for a
+#: command a closed pipe killed (``yes | head`` -> 141).
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParser:
@@ -34,18 +44,10 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     info_command.add_parser(sub)
     scrub_command.add_parser(sub)
     new_plugin_command.add_parser(sub)
-    _add_bench(sub)
+    bench_command.add_parser(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
     return parser
-
-
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    try:
-        from lmserde.cli import bench_command
-    except ImportError:  # the bench layer is optional while it is being built
-        return
-    bench_command.add_parser(sub)
 
 
 def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
@@ -94,7 +96,32 @@ def _missing_command_message(parser: argparse.ArgumentParser, command: str) -> s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code."""
+    """Run the CLI; returns the exit code.
+
+    A reader that stops early (``lmserde plugins | head -1``) ends the command quietly with
+    :data:`EXIT_BROKEN_PIPE`, as a command killed by ``SIGPIPE`` would, never a traceback.
+    """
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point the process's stdout at ``os.devnull``, so that the interpreter's flush at exit
+    finds nowhere left to fail (the recipe of Python's ``signal`` documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (captured in-process): nothing to flush
+        pass
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # torch built against NumPy warns on import when NumPy is absent; nothing here needs NumPy.
     warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy", category=UserWarning)

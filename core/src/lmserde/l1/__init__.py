@@ -1,22 +1,12 @@
-"""The L1 object cache: per-key reserve/finish/read locks, temporary objects, a temp-buffer pool."""
+"""The L1 object cache: per-key reserve/finish/read locks, temporary objects, a temp-buffer pool.
 
-from lmserde.l1.buffer_pool import BufferPool, BufferPoolStats
-from lmserde.l1.errors import L1Error
-from lmserde.l1.manager import (
-    DEFAULT_POOL_BYTES,
-    DeleteListener,
-    L1Manager,
-    L1Result,
-    WriteListener,
-)
+Its names are exported lazily, as in every lmserde package: listed once, in
+``__init__.pyi``, which ``lazy_loader`` reads at import (a name's module is imported on first
+access) and type checkers read too.
+"""
 
-__all__ = [
-    "DEFAULT_POOL_BYTES",
-    "BufferPool",
-    "BufferPoolStats",
-    "L1Error",
-    "L1Manager",
-    "L1Result",
-    "WriteListener",
-    "DeleteListener",
-]
+from __future__ import annotations
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

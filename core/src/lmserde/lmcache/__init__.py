@@ -9,30 +9,14 @@ under ``lmserde_<name>`` when LMCache already has that name. Inside LMCache ever
 runs behind :class:`LMCacheProcessorBridge`, which converts keys and layouts, splits whole
 objects into slots for multi serdes, and pads upper-bound output so it loads on any LMCache
 adapter. Importing this package does not import LMCache; registering does.
+
+Its names are exported lazily, as in every lmserde package: listed once, in
+``__init__.pyi``, which ``lazy_loader`` reads at import (a name's module is imported on first
+access) and type checkers read too.
 """
 
-from lmserde.lmcache.conversion import (
-    as_lmserde_key,
-    as_lmserde_layout,
-    as_slot_group,
-    as_slot_layouts,
-)
-from lmserde.lmcache.processor_bridge import LMCacheProcessorBridge
-from lmserde.lmcache.registration import (
-    DEFAULT_PREFIX,
-    LMCacheRegistration,
-    lmcache_serde_registry,
-    register_lmserde_serdes,
-)
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_PREFIX",
-    "LMCacheProcessorBridge",
-    "LMCacheRegistration",
-    "as_lmserde_key",
-    "as_lmserde_layout",
-    "as_slot_group",
-    "as_slot_layouts",
-    "lmcache_serde_registry",
-    "register_lmserde_serdes",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

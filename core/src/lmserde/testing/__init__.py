@@ -21,41 +21,14 @@ Golden objects (docs/compatibility.md): write stored objects once, read them in 
     CASES = [GoldenCase("mine-v1", {"type": "mine", "level": 3}, layout, seed=1)]
     write_golden_objects("tests/golden", CASES)     # once, then commit tests/golden/
     check_golden_objects("tests/golden", CASES)     # in the test suite, every release
+
+Its names are exported lazily, as in every lmserde package: listed once, in
+``__init__.pyi``, which ``lazy_loader`` reads at import (a name's module is imported on first
+access) and type checkers read too.
 """
 
-from lmserde.testing.adapter_kit import ADAPTER_TIMEOUT_SECONDS, L2AdapterConformance, adapter_key
-from lmserde.testing.golden import GOLDEN_TIMEOUT_SECONDS, check_golden_objects, write_golden_objects
-from lmserde.testing.golden_case import DEFAULT_GOLDEN_KEY, KEY_DIR, GoldenCase, GoldenObjectError
-from lmserde.testing.kit import (
-    DEFAULT_KV_LAYOUTS,
-    DEFAULT_LAYOUTS,
-    TIMEOUT_SECONDS,
-    MultiSerdeConformance,
-    SerdeConformance,
-    random_object,
-    wait_for_result,
-)
-from lmserde.testing.slow_network import TimedTask, TrickleProxy, timed_task
+from __future__ import annotations
 
-__all__ = [
-    "ADAPTER_TIMEOUT_SECONDS",
-    "L2AdapterConformance",
-    "adapter_key",
-    "DEFAULT_GOLDEN_KEY",
-    "DEFAULT_KV_LAYOUTS",
-    "DEFAULT_LAYOUTS",
-    "GOLDEN_TIMEOUT_SECONDS",
-    "GoldenCase",
-    "GoldenObjectError",
-    "KEY_DIR",
-    "TIMEOUT_SECONDS",
-    "MultiSerdeConformance",
-    "SerdeConformance",
-    "TimedTask",
-    "TrickleProxy",
-    "random_object",
-    "check_golden_objects",
-    "timed_task",
-    "wait_for_result",
-    "write_golden_objects",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -270,10 +270,6 @@ class PayloadLocation:
     scale_offset: int
     end: int
 
-    @property
-    def payload_offset(self) -> int:
-        return self.k_offset
-
 
 def locate_payload(buf: memoryview | bytes) -> PayloadLocation:
     """Parse the header of ``buf`` and check the payload fits; bytes past the blob are ignored.

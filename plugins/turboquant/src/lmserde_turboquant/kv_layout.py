@@ -73,10 +73,6 @@ class KVPlan:
         """Exact size of the serialized stream of this tensor."""
         return self.first_raw_bytes + self.compressed_bytes + self.last_raw_bytes
 
-    @property
-    def source_bytes(self) -> int:
-        return self.raw_bytes(self.num_layers)
-
 
 def plan_kv(
     shape: torch.Size | tuple[int, ...] | list[int],

@@ -79,11 +79,9 @@ class _Entry:
 
 
 def _is_closed(wrapper: Any) -> bool:
-    # SerdeL2AdapterWrapper keeps its state in ``_closed``; a public ``closed`` wins if present
-    closed = getattr(wrapper, "closed", None)
-    if closed is None:
-        closed = getattr(wrapper, "_closed", False)
-    return bool(closed)
+    """Whether ``wrapper`` says it is closed (its public ``closed`` property; an object
+    without one counts as open)."""
+    return bool(getattr(wrapper, "closed", False))
 
 
 class WrapperCollector:

@@ -1,0 +1,27 @@
+"""The public API of ``lmserde.testing``: the one table of its lazily loaded exports.
+
+``__init__.py`` hands this stub to ``lazy_loader.attach_stub`` (as ``lmserde`` and every
+package of it does); type checkers read the same file. Add a public name here and nowhere
+else.
+"""
+
+from .adapter_kit import ADAPTER_TIMEOUT_SECONDS as ADAPTER_TIMEOUT_SECONDS
+from .adapter_kit import L2AdapterConformance as L2AdapterConformance
+from .adapter_kit import adapter_key as adapter_key
+from .golden import check_golden_objects as check_golden_objects
+from .golden import write_golden_objects as write_golden_objects
+from .golden_case import DEFAULT_GOLDEN_KEY as DEFAULT_GOLDEN_KEY
+from .golden_case import KEY_DIR as KEY_DIR
+from .golden_case import GoldenCase as GoldenCase
+from .golden_case import GoldenObjectError as GoldenObjectError
+from .golden_tier import GOLDEN_TIMEOUT_SECONDS as GOLDEN_TIMEOUT_SECONDS
+from .kit import DEFAULT_KV_LAYOUTS as DEFAULT_KV_LAYOUTS
+from .kit import DEFAULT_LAYOUTS as DEFAULT_LAYOUTS
+from .kit import TIMEOUT_SECONDS as TIMEOUT_SECONDS
+from .kit import MultiSerdeConformance as MultiSerdeConformance
+from .kit import SerdeConformance as SerdeConformance
+from .kit import random_object as random_object
+from .kit import wait_for_result as wait_for_result
+from .slow_network import TimedTask as TimedTask
+from .slow_network import TrickleProxy as TrickleProxy
+from .slow_network import timed_task as timed_task
