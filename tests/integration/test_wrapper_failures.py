@@ -282,11 +282,12 @@ def test_damaged_files_miss_only_their_keys(tmp_path: Path, l1: L1Manager, cache
         assert bitmap.to_list() == [True, False, False, False, False, False, True, True]
         for i in (0, 6, 7):
             assert torch.equal(data[i], layout_bytes(objs[i]))
-        for i in (1, 3, 5):  # decoded and rejected: the destination is zeroed
+        for i in (1, 2, 3, 5):  # decoded and rejected: the destination is zeroed
             assert int(data[i].count_nonzero()) == 0
-        for i in (2, 4):  # never read: an exact serde's objects have one length, and the inner
-            assert int((data[i] != 0xA5).sum()) == 0  # adapter loads only that length
-        assert wrapper.metrics()["failures"] == {"deserialize": 3, "inner_load": 2}
+        assert int((data[4] != 0xA5).sum()) == 0  # never read: larger than any valid payload
+        assert wrapper.metrics()["failures"] == {"deserialize": 4, "stored_size": 1}
+        assert wrapper.metrics()["rejections"]["foreign"] == 1  # not provably damage: kept
+        assert (tmp_path / key_file_name(keys[4])).exists()
         assert l1.memory_used_bytes() == 0
     finally:
         wrapper.close()

@@ -2,8 +2,8 @@
 
 * "Not mine" is a miss, never a deletion: a deserializer's :class:`~lmserde.ForeignObjectError`
   and the frame's not-mine reasons leave the object in place and do not make the tier unhealthy.
-* A load never waits on the inner adapter's size lookup on the caller's thread: an upper-bound
-  serde's sizes are looked up on the wrapper's background worker, an exact serde's not at all.
+* A load never waits on the network on the caller's thread: stored sizes an adapter cannot
+  answer locally are looked up on the wrapper's background worker (fs's and memory's inline).
 * A framed wrapper switches an inner adapter that can replace objects to replacing stores.
 """
 
@@ -111,16 +111,32 @@ def test_not_mine_misses_do_not_make_the_tier_unhealthy(tmp_path: Path, l1: L1Ma
 
 
 class _BlockingSizes(MemoryL2Adapter):
-    """A memory adapter whose size lookup blocks until released (a frozen network store)."""
+    """A memory adapter whose size lookup blocks until released, and says so (a frozen network
+    store): its sizes are not local."""
 
     def __init__(self) -> None:
         super().__init__()
         self.release = threading.Event()
-        self.size_calls = 0
+        self.size_threads: list[str] = []
+
+    def object_sizes_are_local(self) -> bool:
+        return False
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
-        self.size_calls += 1
+        self.size_threads.append(threading.current_thread().name)
         self.release.wait(30)
+        return super().get_object_sizes(keys)
+
+
+class _CountedLocalSizes(MemoryL2Adapter):
+    """A memory adapter (local sizes) that records the thread of each size lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size_threads: list[str] = []
+
+    def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
+        self.size_threads.append(threading.current_thread().name)
         return super().get_object_sizes(keys)
 
 
@@ -171,17 +187,34 @@ def test_close_fails_a_load_waiting_for_its_sizes(l1: L1Manager, cache: Cache) -
         l1.delete(keys)
 
 
-def test_an_exact_serde_never_asks_for_stored_sizes(l1: L1Manager, cache: Cache) -> None:
+@pytest.mark.parametrize("contract", [SerdeSizeContract.EXACT, SerdeSizeContract.UPPER_BOUND])
+def test_sizes_that_may_wait_on_the_network_are_asked_on_the_worker(
+        l1: L1Manager, cache: Cache, contract: SerdeSizeContract) -> None:
     inner = _BlockingSizes()
-    proc = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), serde_type="t_exact")
-    wrapper = SerdeL2AdapterWrapper(inner, proc, l1, size_contract=SerdeSizeContract.EXACT)
+    proc = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), serde_type="t_net")
+    wrapper = SerdeL2AdapterWrapper(inner, proc, l1, size_contract=contract)
+    keys = [key_of(i) for i in range(3)]
     try:
-        keys = [key_of(i) for i in range(3)]
+        inner.release.set()
         assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
         assert cache.load(wrapper, keys, KV)[0].to_list() == [True] * 3
-        assert inner.size_calls == 0
+        assert inner.size_threads == ["serde-l2-wrapper-sizes"]
     finally:
         inner.release.set()
+        wrapper.close()
+
+
+def test_local_sizes_are_asked_on_the_callers_thread(l1: L1Manager, cache: Cache) -> None:
+    """fs and memory answer sizes from local state: no hand-off to the worker."""
+    inner = _CountedLocalSizes()
+    proc = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), serde_type="t_local")
+    wrapper = SerdeL2AdapterWrapper(inner, proc, l1, size_contract=SerdeSizeContract.EXACT)
+    keys = [key_of(i) for i in range(3)]
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
+        assert cache.load(wrapper, keys, KV)[0].to_list() == [True] * 3
+        assert inner.size_threads == [threading.current_thread().name]
+    finally:
         wrapper.close()
 
 

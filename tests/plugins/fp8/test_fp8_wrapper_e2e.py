@@ -166,14 +166,14 @@ def test_lmcache_written_files_load(adapters: Any, tmp_path: Path) -> None:
     hits, loaded = _load_into_l1(adapters(l1, frame=False), l1, layout)  # LMCache-shared mode
     assert hits == [True, True, True]
     assert loaded == expected
-    # a framing adapter never decodes them as its own: LMCache's objects lack the 64 header
-    # bytes, so the inner adapter does not even load them (an exact serde's stored length is
-    # known), and they stay for the LMCache readers sharing the tier
+    # a framing adapter never decodes them as its own: LMCache's objects have no frame (no
+    # magic), so they are not this reader's to read, and they stay for the LMCache readers
+    # sharing the tier
     framed_l1 = L1Manager(64 << 20)
     framed = adapters(framed_l1)
     hits, _ = _load_into_l1(framed, framed_l1, layout)
     assert hits == [False, False, False]
-    assert framed.metrics()["rejections"] == {}
+    assert framed.metrics()["rejections"] == {"foreign": 3}
     assert all((tmp_path / "l2" / key_file_name(key)).exists() for key in KEYS)
 
 

@@ -463,6 +463,9 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def reports_object_sizes(self) -> bool:
         return True
 
+    def object_sizes_are_local(self) -> bool:
+        return True
+
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         """Sizes of the keys stored as regular files; a key that is absent, is something else
         or cannot be examined is left out (one bad entry never hides the others)."""

@@ -177,6 +177,9 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     def reports_object_sizes(self) -> bool:
         return True
 
+    def object_sizes_are_local(self) -> bool:
+        return True
+
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         with self._lock:
             return {k: self._data[k].numel() for k in keys

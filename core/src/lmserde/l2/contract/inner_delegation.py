@@ -15,7 +15,8 @@ from lmserde.layout import MemoryLayoutDesc
 if TYPE_CHECKING:
     from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 
-__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes", "probe_adapter"]
+__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes", "adapter_sizes_are_local",
+           "probe_adapter"]
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ def probe_adapter(adapter: Any, probe_name: str) -> bool:
 def adapter_reports_sizes(adapter: Any) -> bool:
     """Whether ``adapter`` reports stored object sizes (adapters without the probe do not)."""
     return probe_adapter(adapter, "reports_object_sizes")
+
+
+def adapter_sizes_are_local(adapter: Any) -> bool:
+    """Whether ``adapter``'s stored sizes come without a network round trip (adapters without
+    the probe: no)."""
+    return probe_adapter(adapter, "object_sizes_are_local")
 
 
 class InnerAdapterDelegation:
@@ -75,6 +82,9 @@ class InnerAdapterDelegation:
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         return self._inner.get_object_sizes(keys)
+
+    def object_sizes_are_local(self) -> bool:
+        return adapter_sizes_are_local(self._inner)
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         self._inner.delete(keys)

@@ -161,6 +161,12 @@ class L2AdapterInterface(ABC):
         """Advisory stored sizes in bytes; unknown keys are absent. Default: ``{}``."""
         return {}
 
+    def object_sizes_are_local(self) -> bool:
+        """Whether :meth:`get_object_sizes` answers from local state (a ``stat``, a dict) and
+        never waits on the network; the serde wrapper then asks it on its caller's thread,
+        otherwise on a background worker. Default: ``False``."""
+        return False
+
     def delete(self, keys: Sequence[ObjectKey]) -> None:  # noqa: B027 - optional capability
         """Delete keys (no-op by default)."""
 

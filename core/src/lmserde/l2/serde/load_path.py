@@ -1,15 +1,16 @@
 """The serde wrapper's load path: (stored sizes →) inner load → verify → deserialize.
 
 ``submit`` checks the destinations and starts the inner load into L1 temporaries sized to the
-stored objects (for an ``UPPER_BOUND`` serde it first asks the inner adapter for the stored
-sizes, on the background worker: that may be a network round trip, and ``submit`` never waits on
-the network). When the inner load's event fires, :meth:`LoadPath.drain_inner_load` opens each
-hit's stored-object frame (header checks now, the payload checksum while the serde decodes) and
-hands the passing payloads to the serde; when its deserialize event fires,
-:meth:`LoadPath.drain_deserialize` confirms the checksums and completes the task. Results are per
-key: a key whose object is refused is a miss counted by reason, deleted from the inner adapter
-only when the refusal proves damage (:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`); an
-object another reader wrote stays. Every failure releases every temporary.
+stored objects (the inner adapter's stored sizes: asked in ``submit`` when they are local, as
+``fs``'s are; on the background worker when they may be a network round trip, as for ``redis``
+and ``s3``: ``submit`` never waits on the network). When the inner load's event fires,
+:meth:`LoadPath.drain_inner_load` opens each hit's stored-object frame (header checks now, the
+payload checksum while the serde decodes) and hands the passing payloads to the serde; when its
+deserialize event fires, :meth:`LoadPath.drain_deserialize` confirms the checksums and completes
+the task. Results are per key: a key whose object is refused is a miss counted by reason,
+deleted from the inner adapter only when the refusal proves damage
+(:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`); an object another reader wrote stays.
+Every failure releases every temporary.
 
 This module is over 400 lines because it is one state machine (sizes → inner load → verify →
 deserialize) whose stages share the task tables and the lock; what a decoded item comes to is
@@ -22,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from typing import Literal
 
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
@@ -51,7 +53,10 @@ from lmserde.multi import item_size
 from lmserde.observability import WrapperTaskEvent
 from lmserde.processor import scrub_destination
 
-__all__ = ["LoadPath"]
+__all__ = ["LoadPath", "StoredSizes"]
+
+#: How a load path has the stored sizes of its keys (see :class:`LoadPath`).
+StoredSizes = Literal["inline", "worker", "none"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
@@ -61,13 +66,15 @@ class LoadPath:
     callers' threads, the size lookups on the background worker, the drains on the wrapper's
     poll thread.
 
-    ``needs_stored_sizes``: ask the inner adapter for stored sizes before loading (an
-    upper-bound serde's objects vary in length). ``repair``: delete objects proven damaged.
+    ``stored_sizes``: how the inner adapter's stored sizes are had before loading — ``"inline"``
+    (they are local: asked in ``submit``), ``"worker"`` (they may wait on the network: asked on
+    the background worker, ``submit`` only registers the task) or ``"none"`` (the adapter
+    reports none). ``repair``: delete objects proven damaged.
     ``on_rejected(reason, keys)`` hears every refusal, before any deletion.
     """
 
     def __init__(self, *, serde: SerdeProcessor, serde_type: str, inner: L2AdapterInterface,
-                 framer: ObjectFramer | None, needs_stored_sizes: bool, serde_hashes_loads: bool,
+                 framer: ObjectFramer | None, stored_sizes: StoredSizes, serde_hashes_loads: bool,
                  repair: bool, shape: SerdeShape, temporaries: Temporaries,
                  queues: AdapterTaskQueues, metrics: WrapperMetrics, streaks: FailureStreaks,
                  on_rejected: Callable[[str, list[ObjectKey]], None]) -> None:
@@ -75,7 +82,9 @@ class LoadPath:
         self._serde_type = serde_type
         self._inner = inner
         self._framer = framer
-        self._needs_stored_sizes = needs_stored_sizes
+        if stored_sizes not in ("inline", "worker", "none"):
+            raise ValueError(f"stored_sizes is 'inline', 'worker' or 'none', not {stored_sizes!r}")
+        self._stored_sizes = stored_sizes
         self._serde_hashes_loads = serde_hashes_loads
         self._repair = repair
         self._shape = shape
@@ -110,8 +119,10 @@ class LoadPath:
                          describe_exception(exc))
             self._finish(task, Bitmap(len(keys)), "prepare")
             return task_id
-        if not self._needs_stored_sizes:  # everything from here on is local: start it now
-            self._start_inner_load(task, {})
+        if self._stored_sizes != "worker":  # everything from here on is local: start it now
+            sizes = (examine_stored_sizes(self._inner, keys)[0] if self._stored_sizes == "inline"
+                     else {})
+            self._start_inner_load(task, sizes)
             return task_id
         with self._lock:  # the stored sizes may be a network round trip: on the worker
             if self._closed:

@@ -26,7 +26,11 @@ from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.l1.manager import L1Manager
 from lmserde.l2.contract.head_last import adapter_writes_head_last
-from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation, adapter_reports_sizes
+from lmserde.l2.contract.inner_delegation import (
+    InnerAdapterDelegation,
+    adapter_reports_sizes,
+    adapter_sizes_are_local,
+)
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
@@ -178,9 +182,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             streaks=self._streaks)
         self._loads = LoadPath(
             serde=serde, serde_type=self.serde_type, inner=inner_adapter, framer=self._framer,
-            # only an upper-bound serde's objects vary in length: an exact serde's stored length
-            # is known, and an inner adapter only loads an object of the destination's length
-            needs_stored_sizes=self.size_contract is SerdeSizeContract.UPPER_BOUND and reports_sizes,
+            # the stored sizes narrow the temporaries (an upper-bound serde's objects vary in
+            # length; an exact one reads objects other writers' options made shorter, e.g. an
+            # older aesgcm frame version): asked inline when they are local (fs: a stat), on the
+            # background worker when they may wait on the network (redis, s3)
+            stored_sizes=(("inline" if adapter_sizes_are_local(inner_adapter) else "worker")
+                          if reports_sizes else "none"),
             # the serde's deserializer hashes the payload while it decodes (lmserde.frame_checksum)
             serde_hashes_loads=checksummed and _reports_payload_checksum(serde),
             repair=bool(repair), shape=shape, temporaries=temporaries, queues=self._queues,
