@@ -20,7 +20,7 @@ from lmserde import (
     create_serde_processor,
     hookimpl,
 )
-from lmserde.hooks import get_plugin_manager, hook_plugin_records
+from lmserde.hooks import flush_events, get_plugin_manager, hook_plugin_records
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter
@@ -174,6 +174,7 @@ def test_raising_hook_implementation_does_not_stop_the_others(exc: BaseException
                                  serde_type="hooked") as p:
             assert wait_for_result(p, p.submit_serialize([], [], []), serialize=True)
             assert wait_for_result(p, p.submit_serialize([], [], []), serialize=True)
+        assert flush_events()
         assert first.events == ["hooked", "hooked"] and last.events == ["hooked", "hooked"]
     finally:
         for plugin in (first, raiser, last):

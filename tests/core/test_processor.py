@@ -22,7 +22,7 @@ from lmserde import (
     TensorMemoryObj,
     hookimpl,
 )
-from lmserde.hooks import get_plugin_manager
+from lmserde.hooks import flush_events, get_plugin_manager
 from lmserde.observability import SerdeTaskEvent
 from lmserde.testing import wait_for_result
 
@@ -271,6 +271,7 @@ def test_events_reach_hook_implementations() -> None:
                                  serde_type="spy") as p:
             wait_for_result(p, p.submit_serialize([object()] * 2, [object()] * 2, [KEY] * 2),
                             serialize=True)
+        assert flush_events()  # delivered off the data path: wait before unregistering
     finally:
         pm.unregister(observer)
     (event,) = seen

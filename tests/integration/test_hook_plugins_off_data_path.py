@@ -13,7 +13,7 @@ import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for
 from lmserde import MemoryLayoutDesc, WrapperTaskEvent, hookimpl
-from lmserde.hooks import get_plugin_manager
+from lmserde.hooks import flush_events, get_plugin_manager
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter
 
@@ -107,5 +107,6 @@ def test_raising_wrapper_hooks_do_not_stop_the_others_or_the_data_path(
         assert bitmap.to_list() == [True, True, True]
     finally:
         wrapper.close()
+    assert flush_events()
     first, last = hooks
     assert first.events == ["store", "load"] and last.events == ["store", "load"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for
 from lmserde import MemoryLayoutDesc, WrapperTaskEvent, hookimpl
-from lmserde.hooks import get_plugin_manager
+from lmserde.hooks import flush_events, get_plugin_manager
 from lmserde.l1 import L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name
 
@@ -17,12 +17,20 @@ KV = MemoryLayoutDesc([[16, 2, 32]], [torch.float16])
 
 
 class _Recorder:
+    """Records the wrapper events; they are delivered off the data path, so reading them first
+    waits for the events emitted so far."""
+
     def __init__(self) -> None:
-        self.events: list[WrapperTaskEvent] = []
+        self._events: list[WrapperTaskEvent] = []
+
+    @property
+    def events(self) -> list[WrapperTaskEvent]:
+        assert flush_events()
+        return self._events
 
     @hookimpl
     def lmserde_wrapper_task_finished(self, event: WrapperTaskEvent) -> None:
-        self.events.append(event)
+        self._events.append(event)
 
 
 @pytest.fixture

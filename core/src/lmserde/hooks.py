@@ -11,7 +11,10 @@ Hook plugins are loaded once per process, off the data path: by the first
 :func:`get_plugin_manager` / :func:`load_hook_plugins` call, which every
 :class:`~lmserde.AsyncSerdeProcessor` and serde wrapper makes when it is constructed. Emitting an
 event (:func:`emit_serde_task_event`, :func:`emit_wrapper_task_event`, called on worker and poll
-threads) never scans entry points or imports anything: it delivers to the plugins loaded by then.
+threads) never scans entry points or imports anything, and never waits for an observer: the
+event is queued and delivered, in order, on one daemon thread to the plugins loaded by then
+(:mod:`lmserde.event_delivery`; :func:`flush_events` waits for it, :func:`event_delivery_stats`
+counts what was delivered and what was dropped because the observers fell behind).
 A hook plugin's entry point should name a module that imports only what its hooks need.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 import pluggy
 
 from lmserde.containment import describe_exception, must_propagate
+from lmserde.event_delivery import EventDelivery
 from lmserde.observability import SerdeTaskEvent, WrapperTaskEvent
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 
@@ -40,6 +44,8 @@ __all__ = [
     "hook_plugin_records",
     "emit_serde_task_event",
     "emit_wrapper_task_event",
+    "flush_events",
+    "event_delivery_stats",
     "reset_plugin_manager",
     "call_hookimpls",
     "HookImplResult",
@@ -187,15 +193,41 @@ def _call_impls(
     return results
 
 
+def _deliver(pm: pluggy.PluginManager, hook_name: str, kwargs: dict[str, Any]) -> None:
+    try:
+        _call_impls(pm, hook_name, False, kwargs)
+    except Exception:  # the plugin manager itself failed; never break the delivery thread
+        _log.exception("hook %s could not be called; ignored", hook_name)
+
+
+#: Delivers the events emitted on the data path, off it (see :mod:`lmserde.event_delivery`).
+_events = EventDelivery(_deliver)
+
+
 def _emit(hook_name: str, **kwargs: Any) -> None:
-    """Deliver an event to the hook plugins already loaded; never loads any, never raises."""
+    """Queue an event for the hook plugins already loaded; never loads any, never raises, never
+    waits (a full queue drops the event, counted in :func:`event_delivery_stats`)."""
     pm = _pm  # one read of the reference: no lock, no discovery on the data path
     if pm is None:  # nothing loaded yet (only after reset_plugin_manager), so no one to tell
         return
-    try:
-        _call_impls(pm, hook_name, False, kwargs)
-    except Exception:  # the plugin manager itself failed; never break the caller
-        _log.exception("hook %s could not be called; ignored", hook_name)
+    hook = getattr(pm.hook, hook_name, None)
+    if hook is None or not hook.get_hookimpls():
+        return  # nobody listens: nothing to queue
+    _events.submit(pm, hook_name, kwargs)
+
+
+def flush_events(timeout: float = 10.0) -> bool:
+    """Wait (at most ``timeout`` seconds) until every event emitted so far reached the hook
+    plugins; whether it did. Events are delivered off the data path, on one thread, in order:
+    a test (or a shutdown that wants its last events out) waits here, the data path never does."""
+    return _events.flush(timeout)
+
+
+def event_delivery_stats() -> dict[str, int]:
+    """How many events were ``delivered`` to the hook plugins, ``dropped`` because they fell
+    behind (the queue holds :data:`~lmserde.event_delivery.DEFAULT_EVENT_QUEUE_LIMIT`), and are
+    ``queued`` now."""
+    return _events.stats()
 
 
 def emit_serde_task_event(event: SerdeTaskEvent) -> None:
@@ -203,7 +235,8 @@ def emit_serde_task_event(event: SerdeTaskEvent) -> None:
 
     Each implementation is called on its own (:func:`call_hookimpls`): one that raises (any
     ``BaseException`` but a main-thread ``KeyboardInterrupt``) is logged and the others still
-    run. Runs on the processor's worker thread; never loads hook plugins.
+    run. Queued on the processor's worker thread, delivered on the event thread (never waits,
+    never loads hook plugins).
     """
     _emit("lmserde_serde_task_finished", event=event)
 
