@@ -16,6 +16,7 @@ from .build import create_l2_adapter as create_l2_adapter
 from .build import create_serde_for_config as create_serde_for_config
 from .build import parse_l2_adapter_spec as parse_l2_adapter_spec
 from .build import parse_serde_config as parse_serde_config
+from .contract.adapter_health import AdapterHealth as AdapterHealth
 from .contract.bitmap import Bitmap as Bitmap
 from .contract.head_last import DeferredHead as DeferredHead
 from .contract.head_last import HeadLastAdapter as HeadLastAdapter

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
     DEFAULT_TASK_DEADLINE_S,
+    AdapterHealth,
     AdapterTaskQueues,
     Bitmap,
     BusyWorkers,
@@ -26,7 +27,6 @@ from lmserde.l2 import (
 
 from lmserde_redis import abortable
 from lmserde_redis.connection import RedisClientHolder, RedisConnectionSettings
-from lmserde_redis.health import HealthTracker
 from lmserde_redis.key_names import RedisKeyNamer
 
 __all__ = ["RedisL2Adapter"]
@@ -108,7 +108,8 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         self._batch_keys = int(batch_keys)
         self._batch_bytes = int(batch_bytes)
         self._clients = RedisClientHolder(settings)
-        self._health = HealthTracker(settings.describe())
+        self._health = AdapterHealth("redis", settings.describe(), logger=_log,
+                                     unit="operation")
         self._queues = AdapterTaskQueues()
         self._deadlines = TaskDeadlines(task_deadline_s, "lmserde-redis")
         self._busy = BusyWorkers()

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
+    AdapterHealth,
     AdapterTaskQueues,
     Bitmap,
     BusyWorkers,
@@ -24,7 +25,6 @@ from lmserde.l2 import (
 )
 
 from lmserde_s3.client import build_client, is_not_found, is_precondition_failed
-from lmserde_s3.health import HealthTracker
 from lmserde_s3.object_names import (
     SALT_METADATA,
     ObjectNamer,
@@ -125,7 +125,8 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         self._client = client
         self._namers: dict[str, ObjectNamer] = {}
         self._salts: dict[str, str] = {salt_tag(s): s for s in settings.tenant_routes}
-        self._health = HealthTracker(settings.endpoint_url or "service")
+        self._health = AdapterHealth("s3", settings.endpoint_url or "service", logger=_log,
+                                     unit="request")
         self._queues = AdapterTaskQueues()
         self._deadlines = TaskDeadlines(settings.task_deadline_s, "lmserde-s3")
         self._busy = BusyWorkers()
