@@ -25,6 +25,7 @@ from .contract.interface import L2AdapterInterface as L2AdapterInterface
 from .contract.interface import L2Listener as L2Listener
 from .contract.interface import L2TaskId as L2TaskId
 from .contract.key_pins import KeyPins as KeyPins
+from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter
 from .contract.replacing_store import enable_replacing_stores as enable_replacing_stores
 from .contract.store_result import L2StoreResult as L2StoreResult
