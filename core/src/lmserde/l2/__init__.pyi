@@ -16,6 +16,7 @@ from .build import create_l2_adapter as create_l2_adapter
 from .build import create_serde_for_config as create_serde_for_config
 from .build import parse_l2_adapter_spec as parse_l2_adapter_spec
 from .build import parse_serde_config as parse_serde_config
+from .contract.adapter_health import AdapterHealth as AdapterHealth
 from .contract.bitmap import Bitmap as Bitmap
 from .contract.head_last import DeferredHead as DeferredHead
 from .contract.head_last import HeadLastAdapter as HeadLastAdapter
@@ -24,6 +25,7 @@ from .contract.interface import L2AdapterInterface as L2AdapterInterface
 from .contract.interface import L2Listener as L2Listener
 from .contract.interface import L2TaskId as L2TaskId
 from .contract.key_pins import KeyPins as KeyPins
+from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter
 from .contract.replacing_store import enable_replacing_stores as enable_replacing_stores
 from .contract.store_result import L2StoreResult as L2StoreResult

@@ -5,28 +5,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
     DEFAULT_TASK_DEADLINE_S,
+    AdapterHealth,
+    AdapterIOPool,
     AdapterTaskQueues,
     Bitmap,
-    BusyWorkers,
     KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
     QueuedResults,
-    TaskDeadlines,
     TaskGate,
 )
 
 from lmserde_redis import abortable
 from lmserde_redis.connection import RedisClientHolder, RedisConnectionSettings
-from lmserde_redis.health import HealthTracker
 from lmserde_redis.key_names import RedisKeyNamer
 
 __all__ = ["RedisL2Adapter"]
@@ -108,14 +105,14 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         self._batch_keys = int(batch_keys)
         self._batch_bytes = int(batch_bytes)
         self._clients = RedisClientHolder(settings)
-        self._health = HealthTracker(settings.describe())
+        self._health = AdapterHealth("redis", settings.describe(), logger=_log,
+                                     unit="operation")
         self._queues = AdapterTaskQueues()
-        self._deadlines = TaskDeadlines(task_deadline_s, "lmserde-redis")
-        self._busy = BusyWorkers()
-        self._pool = ThreadPoolExecutor(max_workers=io_workers, thread_name_prefix="lmserde-redis")
+        self._io = AdapterIOPool("lmserde-redis", workers=io_workers, deadline_s=task_deadline_s,
+                                 owner="RedisL2Adapter", service="redis", logger=_log,
+                                 on_deadline=lambda: self._count(deadline_failures=1))
         self._replacing = False
         self._state_lock = threading.Lock()
-        self._closed = False
         self._pins = KeyPins()
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0, "load_hits": 0,
                         "load_misses": 0, "size_mismatches": 0, "lookups": 0, "lookup_hits": 0,
@@ -133,7 +130,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
 
     @property
     def task_deadline_s(self) -> float:
-        return self._deadlines.deadline_s
+        return self._io.deadline_s
 
     def redis_key(self, key: ObjectKey) -> bytes:
         """The Redis key name ``key`` is stored under."""
@@ -148,30 +145,20 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
 
     def _submit(self, run: Callable[[], Any]) -> Any:
         """Queue ``run`` on the I/O threads (never blocks); its future."""
-        with self._state_lock:
-            if self._closed:
-                raise RuntimeError("RedisL2Adapter is closed")
-            return self._pool.submit(self._busy.run, run)
+        return self._io.submit(run)
 
     def _gate(self, deliver: Callable[[T], None], failure: Callable[[], T]) -> TaskGate[T]:
         """A deadline-guarded gate; its failure result counts as a deadline failure."""
-        def expired() -> T:
-            self._count(deadline_failures=1)
-            return failure()
-
-        with self._state_lock:
-            if self._closed:
-                raise RuntimeError("RedisL2Adapter is closed")
-        return self._deadlines.start(deliver, expired)
+        return self._io.start_task(deliver, failure)
 
     def _bounded(self, run: Callable[[TaskGate[None]], None]) -> None:
         """Run ``run(gate)`` on the I/O threads and wait for it at most ``task_deadline_s``; at
         the deadline ``gate`` aborts the round trip ``run`` has in progress."""
-        gate: TaskGate[None] = self._deadlines.start(lambda _: None, lambda: None)
+        gate = self._io.untracked_gate()
         future = self._submit(lambda: run(gate))
-        if wait_futures([future], timeout=self._deadlines.deadline_s).not_done:
+        if self._io.wait_bounded([future]):
             _log.warning("redis adapter: a synchronous call passed its %.3g s deadline",
-                         self._deadlines.deadline_s)
+                         self._io.deadline_s)
             gate.expire()  # aborts the round trip now, whether or not the watcher got here first
         else:
             gate.finish(None)
@@ -339,8 +326,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
-            closed = self._closed
-        if release and not closed:
+        if release and not self._io.closed:
             try:
                 self._submit(lambda: self._delete_now(release))
             except RuntimeError:  # closed meanwhile: the deferred delete is dropped
@@ -527,7 +513,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         with self._state_lock:
             counts = dict(self._counts)
             locked = self._pins.pinned_count
-            closed = self._closed
+        closed = self._io.closed
         status.update(counts)
         status.update(
             is_healthy=self._health.healthy and not closed,
@@ -536,9 +522,9 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
             namespace=self.namespace,
             ttl_seconds=self._ttl_ms / 1000.0,
             locked_keys=locked,
-            task_deadline_s=self._deadlines.deadline_s,
+            task_deadline_s=self._io.deadline_s,
             replacing_stores=self._replacing,
-            io_jobs_running=self._busy.running,
+            io_jobs_running=self._io.running,
             health=self._health.snapshot(),
         )
         return status
@@ -553,22 +539,5 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
         """Let running tasks finish (waiting at most ``task_deadline_s``), drop queued ones, close
         connections (which ends any socket call still running), join the I/O threads and close
         the fds; idempotent. Tasks that had not been reported by then are never reported."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        idle = self._busy.wait_idle(self._deadlines.deadline_s)
-        self._deadlines.close()
-        try:
-            self._clients.close()
-        except Exception as exc:
-            _log.debug("closing the redis client raised %s", exc)
-        if not idle:  # closing the connections ends the socket calls still running
-            idle = self._busy.wait_idle(1.0)
-        if idle:
-            self._pool.shutdown(wait=True)  # joins the I/O threads
-        else:
-            _log.warning("redis adapter: %d I/O job(s) still running after close; their tasks were "
-                         "dropped", self._busy.running)
-        self._queues.close()
+        if self._io.close(self._clients.close):
+            self._queues.close()

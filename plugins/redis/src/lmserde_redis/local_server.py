@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
+from lmserde.testing import (
+    LOOPBACK_HOST,
+    free_loopback_port,
+    kill_child,
+    log_tail,
+    start_child,
+    stop_child,
+    wait_until,
+)
 
 __all__ = [
     "RedisServerNotFoundError",
@@ -29,7 +35,7 @@ __all__ = [
     "find_redis_binary",
 ]
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK_HOST
 
 _INSTALL_HINT = (
     "install it (Debian/Ubuntu: `apt-get install -y redis-server`; macOS: `brew install redis`) "
@@ -50,31 +56,8 @@ def find_redis_binary(name: str = "redis-server") -> str:
     return candidate
 
 
-def free_loopback_port(exclude: Sequence[int] = ()) -> int:
-    """A TCP port on 127.0.0.1 that is free right now (chosen by the kernel)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise RuntimeError("could not find a free loopback port")
-
-
 def _wait(condition: Callable[[], bool], what: str, timeout: float, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            tail = ""
-            if log is not None and log.exists():
-                tail = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-            raise TimeoutError(f"{what} not reached within {timeout:g} s{tail}")
-        time.sleep(0.05)
+    wait_until(condition, what, timeout, retry_on=(redis.RedisError, OSError), log=log)
 
 
 class LocalRedisServer:
@@ -135,9 +118,7 @@ class LocalRedisServer:
         """Start (or restart) the server on its port and wait until it answers ``PING``."""
         if self.running:
             return self
-        self._process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         start_new_session=True)
+        self._process = start_child(self.command())
 
         def ready() -> bool:
             if self._process is not None and self._process.poll() is not None:
@@ -157,29 +138,17 @@ class LocalRedisServer:
         return self
 
     def _log_tail(self) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
+        return log_tail(self.log_path)
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: open connections drop at once) and reap it."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=10)
+        if self._process is not None:
+            kill_child(self._process)
 
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after 5 s); idempotent."""
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        if self._process is not None:
+            stop_child(self._process)
 
     def close(self) -> None:
         """Stop the server and remove the directory if this object created it."""

@@ -5,26 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from lmserde import MemoryLayoutDesc, MemoryObj, ObjectKey
 from lmserde.l2 import (
+    AdapterHealth,
+    AdapterIOPool,
     AdapterTaskQueues,
     Bitmap,
-    BusyWorkers,
     KeyPins,
     L2AdapterInterface,
     L2StoreResult,
     L2TaskId,
     QueuedResults,
-    TaskDeadlines,
     TaskGate,
 )
 
 from lmserde_s3.client import build_client, is_not_found, is_precondition_failed
-from lmserde_s3.health import HealthTracker
 from lmserde_s3.object_names import (
     SALT_METADATA,
     ObjectNamer,
@@ -125,15 +123,15 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         self._client = client
         self._namers: dict[str, ObjectNamer] = {}
         self._salts: dict[str, str] = {salt_tag(s): s for s in settings.tenant_routes}
-        self._health = HealthTracker(settings.endpoint_url or "service")
+        self._health = AdapterHealth("s3", settings.endpoint_url or "service", logger=_log,
+                                     unit="request")
         self._queues = AdapterTaskQueues()
-        self._deadlines = TaskDeadlines(settings.task_deadline_s, "lmserde-s3")
-        self._busy = BusyWorkers()
+        self._io = AdapterIOPool("lmserde-s3", workers=settings.max_in_flight,
+                                 deadline_s=settings.task_deadline_s, owner="S3L2Adapter",
+                                 service="s3", logger=_log,
+                                 on_deadline=lambda: self._count(deadline_failures=1))
         self._replacing = False
-        self._pool = ThreadPoolExecutor(max_workers=settings.max_in_flight,
-                                        thread_name_prefix="lmserde-s3")
         self._state_lock = threading.Lock()
-        self._closed = False
         self._pins = KeyPins()
         self._counts = {"stores": 0, "store_failures": 0, "objects_stored": 0,
                         "stores_skipped": 0, "key_store_errors": 0, "lookups": 0,
@@ -167,16 +165,11 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
                 self._counts[name] += delta
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("S3L2Adapter is closed")
+        self._io.check_open()
 
     def _gate(self, deliver: Callable[[T], None], failure: Callable[[], T]) -> TaskGate[T]:
         """A deadline-guarded gate; its failure result counts as a deadline failure."""
-        def expired() -> T:
-            self._count(deadline_failures=1)
-            return failure()
-
-        return self._deadlines.start(deliver, expired)
+        return self._io.start_task(deliver, failure)
 
     def _fan_out(self, n: int, job: Callable[[int], None], finish: Callable[[], None],
                  gate: TaskGate[Any]) -> None:
@@ -193,10 +186,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
             finally:
                 countdown.done()
 
-        with self._state_lock:
-            self._check_open()
-            for i in range(n):
-                self._pool.submit(self._busy.run, lambda i=i: run(i))
+        self._io.submit_all([lambda i=i: run(i) for i in range(n)])
 
     # -- store ----------------------------------------------------------------------------------
 
@@ -331,8 +321,12 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
-            if release and not self._closed:
-                self._pool.submit(self._busy.run, lambda: self._delete_now(release))
+        if release and not self._io.closed:
+            try:
+                self._io.submit(lambda: self._delete_now(release))
+            except RuntimeError:  # closed meanwhile: the deferred delete is dropped
+                _log.debug("s3 adapter closed before a deferred delete of %d key(s)",
+                           len(release))
 
     # -- load -----------------------------------------------------------------------------------
 
@@ -421,14 +415,11 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def _parallel(self, n: int, job: Callable[[int], Any]) -> list[Any]:
         """``[job(i) for i in range(n)]`` on the I/O threads, waiting at most ``task_deadline_s``:
         a job not done by then gives ``None``."""
-        with self._state_lock:
-            self._check_open()
-            futures: list[Future[Any]] = [
-                self._pool.submit(self._busy.run, lambda i=i: job(i)) for i in range(n)]
-        late = wait_futures(futures, timeout=self._deadlines.deadline_s).not_done
+        futures: list[Future[Any]] = self._io.submit_all([lambda i=i: job(i) for i in range(n)])
+        late = self._io.wait_bounded(futures)
         if late:
             _log.warning("s3 adapter: %d request(s) of a synchronous call passed the %.3g s "
-                         "deadline", len(late), self._deadlines.deadline_s)
+                         "deadline", len(late), self._io.deadline_s)
         return [None if f in late else f.result() for f in futures]
 
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
@@ -551,10 +542,10 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         with self._state_lock:
             status.update(self._counts)
             locked = self._pins.pinned_count
-            closed = self._closed
+        closed = self._io.closed
         status.update(self._settings.describe())
         status.update(is_healthy=self._health.healthy and not closed, locked_keys=locked,
-                      replacing_stores=self._replacing, io_jobs_running=self._busy.running,
+                      replacing_stores=self._replacing, io_jobs_running=self._io.running,
                       credential_source=self.credential_source(), health=self._health.snapshot())
         return status
 
@@ -573,22 +564,5 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
         close the client's connections, join the I/O threads (unless one is still in a socket
         call a second later: it is logged and left) and close the fds; idempotent. Tasks not
         reported by then are never reported."""
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        idle = self._busy.wait_idle(self._deadlines.deadline_s)
-        self._deadlines.close()
-        try:
-            self._client.close()
-        except Exception as exc:
-            _log.debug("closing the s3 client raised %s", exc)
-        if not idle:  # closing the connections ends the socket calls still running
-            idle = self._busy.wait_idle(1.0)
-        if idle:
-            self._pool.shutdown(wait=True)  # joins the I/O threads
-        else:
-            _log.warning("s3 adapter: %d I/O job(s) still running after close; their tasks were "
-                         "dropped", self._busy.running)
-        self._queues.close()
+        if self._io.close(self._client.close):
+            self._queues.close()

@@ -9,19 +9,23 @@ moto), can be killed like a crashed service (:meth:`kill`) and restarted on the 
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+
+from lmserde.testing import (
+    LOOPBACK_HOST,
+    free_loopback_port,
+    kill_child,
+    start_child,
+    stop_child,
+    wait_until,
+)
 
 __all__ = ["LocalS3Server", "MotoNotInstalledError", "free_loopback_port", "TEST_CREDENTIALS"]
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK_HOST
 
 #: Credentials a local moto server accepts (it does not check them); exported as environment
 #: variables to the clients that talk to it.
@@ -41,17 +45,6 @@ server.stop()
 
 class MotoNotInstalledError(RuntimeError):
     """moto (with its server extra) is not importable."""
-
-
-def free_loopback_port(exclude: Sequence[int] = ()) -> int:
-    """A TCP port on 127.0.0.1 that is free right now (chosen by the kernel)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port not in exclude:
-            return port
-    raise RuntimeError("could not find a free loopback port")
 
 
 def _require_moto() -> None:
@@ -89,10 +82,8 @@ class LocalS3Server:
         """Start (or restart) the server on its port and wait until it answers HTTP."""
         if self.running:
             return self
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, HOST, str(self.port)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-        )
+        self._process = start_child([sys.executable, "-c", _CHILD, HOST, str(self.port)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             self._wait_ready()
         except BaseException:
@@ -101,23 +92,19 @@ class LocalS3Server:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
+        def ready() -> bool:
             process = self._process
             if process is None or process.poll() is not None:
                 code = None if process is None else process.returncode
                 raise RuntimeError(f"moto server on port {self.port} exited with {code}")
             try:
                 with urllib.request.urlopen(self.endpoint_url + "/", timeout=2):
-                    return
+                    return True
             except urllib.error.HTTPError:
-                return  # any HTTP answer means it is serving
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"moto server on port {self.port} did not answer within "
-                                   f"{self.startup_timeout:g} s")
-            time.sleep(0.05)
+                return True  # any HTTP answer means it is serving
+
+        wait_until(ready, f"moto server on port {self.port} answering HTTP",
+                   self.startup_timeout)
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (path-style ``PUT /name``); an existing one is fine."""
@@ -131,10 +118,8 @@ class LocalS3Server:
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: open connections drop at once) and reap it."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        if self._process is not None:
+            kill_child(self._process, group=True)
         self._close_pipes()
 
     def stop(self) -> None:
@@ -142,18 +127,8 @@ class LocalS3Server:
         process = self._process
         if process is None:
             return
-        if process.poll() is None:
-            try:
-                if process.stdin is not None:
-                    process.stdin.close()
-                process.wait(timeout=5)
-            except (subprocess.TimeoutExpired, OSError):
-                process.terminate()
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=5)
+        stdin = process.stdin
+        stop_child(process, ask=stdin.close if stdin is not None else None)
         self._close_pipes()
 
     def _close_pipes(self) -> None:
