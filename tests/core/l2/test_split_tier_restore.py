@@ -20,12 +20,10 @@ import lmserde.l2 as l2
 import pytest
 import torch
 from lmserde import MemoryLayoutDesc, SerdeConfig, TensorMemoryObj, create_serde_processor
-from lmserde.events import wait_on_fd
-from lmserde.keys import ObjectKey
 from lmserde.l1 import L1Manager
-from lmserde.l2 import FRAME_HEADER_BYTES, L2StoreResult, SplitTierL2Adapter, SplitTierState
+from lmserde.l2 import FRAME_HEADER_BYTES, SharedStores, SplitTierL2Adapter, SplitTierState
 from lmserde.l2.split.v_slot import VHalfProcessor
-from lmserde.memory import MemoryFormat, MemoryObj
+from lmserde.memory import MemoryFormat
 from split_serdes import (
     GROUP_BYTES,
     SHAPE,
@@ -58,27 +56,6 @@ def halves(obj: TensorMemoryObj) -> tuple[bytes, bytes]:
     """The K and V groups' bytes."""
     return tuple(bytes(obj.get_tensor(g).contiguous().view(torch.uint8).reshape(-1).numpy())
                  for g in range(2))  # type: ignore[return-value]
-
-
-class SharedStores:
-    """Store tasks of several threads on one adapter: whoever pops results keeps the others'
-    for their owners (``store_sync`` suits a single consumer only)."""
-
-    def __init__(self, adapter: SplitTierL2Adapter) -> None:
-        self._adapter = adapter
-        self._lock = threading.Lock()
-        self._done: dict[int, L2StoreResult] = {}
-
-    def store(self, keys: list[ObjectKey], objects: list[MemoryObj]) -> L2StoreResult:
-        task_id = self._adapter.submit_store_task(keys, objects)
-
-        def poll() -> L2StoreResult | None:
-            with self._lock:
-                self._done.update(self._adapter.pop_completed_store_tasks())
-                return self._done.pop(task_id, None)
-
-        return wait_on_fd(self._adapter.get_store_event_fd(), poll, timeout=30.0,
-                          what=f"store task {task_id}")
 
 
 def v_files(split: SplitTierL2Adapter) -> set[str]:

@@ -16,9 +16,7 @@ from pathlib import Path
 import lmserde.l1 as l1
 import lmserde.l2 as l2
 import torch
-from lmserde.events import wait_on_fd
-from lmserde.keys import ObjectKey
-from lmserde.l2 import L2StoreResult, SplitTierL2Adapter
+from lmserde.l2 import SharedStores
 from lmserde.memory import MemoryObj
 from lmserde_asym_k16_v8 import AsymCodec
 from test_asym_wrapper import NUMEL, SHAPE, key, kv_object, sentinel_object
@@ -38,27 +36,6 @@ def expected(obj: MemoryObj) -> tuple[bytes, bytes]:
 
 def as_bytes(t: torch.Tensor) -> bytes:
     return bytes(t.contiguous().view(torch.uint8).reshape(-1).numpy())
-
-
-class SharedStores:
-    """Store tasks of several threads on one adapter: whoever pops results keeps the others'
-    for their owners (``store_sync`` suits a single consumer only)."""
-
-    def __init__(self, adapter: SplitTierL2Adapter) -> None:
-        self._adapter = adapter
-        self._lock = threading.Lock()
-        self._done: dict[int, L2StoreResult] = {}
-
-    def store(self, keys: list[ObjectKey], objects: list[MemoryObj]) -> L2StoreResult:
-        task_id = self._adapter.submit_store_task(keys, objects)
-
-        def poll() -> L2StoreResult | None:
-            with self._lock:
-                self._done.update(self._adapter.pop_completed_store_tasks())
-                return self._done.pop(task_id, None)
-
-        return wait_on_fd(self._adapter.get_store_event_fd(), poll, timeout=30.0,
-                          what=f"store task {task_id}")
 
 
 def test_restore_replaces_both_halves(tmp_path: Path) -> None:

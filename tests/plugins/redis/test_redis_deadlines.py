@@ -12,8 +12,6 @@ end these tasks in time.
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 from lmserde.l2 import enable_replacing_stores, load_sync, store_sync
-from lmserde.testing import TrickleProxy, timed_task
+from lmserde.testing import TrickleProxy, frozen_process, timed_task, wait_until_idle
 from lmserde_redis.local_server import LocalRedisServer
 from redis_kv import kv_object, make_key, same_bytes, sentinel
 
@@ -36,18 +34,12 @@ SLOW = {"task_deadline_s": DEADLINE_S, "socket_timeout": 10, "connect_timeout": 
 @contextmanager
 def frozen(server: LocalRedisServer) -> Iterator[None]:
     assert server.pid is not None
-    os.kill(server.pid, signal.SIGSTOP)
-    try:
+    with frozen_process(server.pid):
         yield
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
 
 
 def _wait_idle(adapter: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while adapter.report_status()["io_jobs_running"]:
-        assert time.monotonic() < end, "I/O jobs were still running"
-        time.sleep(0.02)
+    wait_until_idle(adapter, timeout)
 
 
 def _assert_slow_tasks_fail_by_their_deadline(adapter: Any, stored: Any) -> Any:

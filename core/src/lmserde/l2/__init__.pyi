@@ -29,6 +29,7 @@ from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter
 from .contract.replacing_store import enable_replacing_stores as enable_replacing_stores
 from .contract.store_result import L2StoreResult as L2StoreResult
+from .contract.sync_driver import SharedStores as SharedStores
 from .contract.sync_driver import load_sync as load_sync
 from .contract.sync_driver import lookup_sync as lookup_sync
 from .contract.sync_driver import store_sync as store_sync

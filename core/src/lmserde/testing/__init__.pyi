@@ -31,4 +31,6 @@ from .loopback_server import stop_child as stop_child
 from .loopback_server import wait_until as wait_until
 from .slow_network import TimedTask as TimedTask
 from .slow_network import TrickleProxy as TrickleProxy
+from .slow_network import frozen_process as frozen_process
 from .slow_network import timed_task as timed_task
+from .slow_network import wait_until_idle as wait_until_idle

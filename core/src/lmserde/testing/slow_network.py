@@ -23,14 +23,16 @@ most one buffer of ``buffer_bytes`` per direction held, and the proxy stops by i
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TimedTask", "TrickleProxy", "timed_task"]
+__all__ = ["TimedTask", "TrickleProxy", "frozen_process", "timed_task", "wait_until_idle"]
 
 _POLL_S = 0.05
 
@@ -241,3 +243,23 @@ def timed_task(adapter: Any, kind: str, keys: Sequence[Any], objects: Sequence[A
     wait = {"store": wait_for_store, "load": wait_for_load, "lookup": wait_for_lookup}[kind]
     result = wait(adapter, task, timeout)
     return TimedTask(submitted - started, time.monotonic() - started, result)
+
+
+@contextlib.contextmanager
+def frozen_process(pid: int) -> Iterator[None]:
+    """Freeze the server process ``pid`` (``SIGSTOP``: its sockets stay open, nothing answers)
+    for the ``with`` block; it always resumes (``SIGCONT``) when the block ends."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def wait_until_idle(adapter: Any, timeout: float = 60.0) -> None:
+    """Wait until ``adapter.report_status()["io_jobs_running"]`` is 0 (its I/O threads are
+    free again); ``AssertionError`` after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while adapter.report_status()["io_jobs_running"]:
+        assert time.monotonic() < end, "I/O jobs were still running"
+        time.sleep(0.02)

@@ -7,6 +7,7 @@ dispatches results. Waiting longer than ``timeout`` raises ``TimeoutError``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from lmserde.events import wait_on_fd
@@ -24,6 +25,7 @@ __all__ = [
     "store_sync",
     "load_sync",
     "lookup_sync",
+    "SharedStores",
 ]
 
 #: Seconds a helper waits for one task before raising ``TimeoutError``.
@@ -84,3 +86,27 @@ def lookup_sync(
     adapter: L2AdapterInterface, keys: Sequence[ObjectKey], timeout: float = DEFAULT_TIMEOUT
 ) -> Bitmap:
     return wait_for_lookup(adapter, adapter.submit_lookup_and_lock_task(keys), timeout)
+
+
+class SharedStores:
+    """Synchronous stores from several threads on one adapter: store results are popped once
+    per adapter, so whichever thread pops them keeps the others' results for their owners
+    (:func:`store_sync` suits a single consumer of the store queue only). Thread-safe."""
+
+    def __init__(self, adapter: L2AdapterInterface) -> None:
+        self._adapter = adapter
+        self._lock = threading.Lock()
+        self._done: dict[int, L2StoreResult] = {}
+
+    def store(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj],
+              timeout: float = DEFAULT_TIMEOUT) -> L2StoreResult:
+        """Submit a store task and wait for its result (``TimeoutError`` after ``timeout``)."""
+        task_id = self._adapter.submit_store_task(list(keys), list(objects))
+
+        def poll() -> L2StoreResult | None:
+            with self._lock:
+                self._done.update(self._adapter.pop_completed_store_tasks())
+                return self._done.pop(task_id, None)
+
+        return wait_on_fd(self._adapter.get_store_event_fd(), poll, timeout=timeout,
+                          what=f"store task {task_id}")
