@@ -111,8 +111,10 @@ def test_lmcache_reads_what_lmserde_unframed_wrote(tmp_path: Path, lmcache_fs: A
         release(lmcache_l1, keys)
 
 
-def test_framed_lmserde_refuses_lmcache_files_as_format_misses(
+def test_framed_lmserde_refuses_lmcache_files_as_foreign_and_keeps_them(
         tmp_path: Path, lmcache_fs: Any, lmcache_l1: Any, l1: L1Manager) -> None:
+    """LMCache's objects carry no lmserde frame: not this reader's to read (``foreign``), left in
+    place for the LMCache processes sharing the tier, which still load them."""
     keys, srcs = _lmcache_objects(lmcache_l1, 7200, seed=9)
     try:
         assert wait_store(lmcache_fs, lmcache_fs.submit_store_task(keys, srcs)).is_successful()
@@ -122,7 +124,13 @@ def test_framed_lmserde_refuses_lmcache_files_as_format_misses(
     try:
         dsts = [TensorMemoryObj.allocate(LAYOUT, zero=True) for _ in keys]
         assert load_sync(ours, [_ours(k) for k in keys], dsts).to_list() == [False] * N
-        assert ours.metrics()["rejections"] == {"format": N}
+        assert ours.metrics()["rejections"] == {"foreign": N}
+        assert ours.metrics()["repaired"] == 0
         assert all(int(d.raw_data.count_nonzero()) == 0 for d in dsts)  # nothing was written
     finally:
         ours.close()
+    _, outs = _lmcache_objects(lmcache_l1, 7200, seed=None)
+    try:
+        assert wait_load(lmcache_fs, lmcache_fs.submit_load_task(keys, outs), N) == [True] * N
+    finally:
+        release(lmcache_l1, keys)
