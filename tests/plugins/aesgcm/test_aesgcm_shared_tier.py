@@ -28,7 +28,7 @@ from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, loa
 
 SHAPE = [2, 4, 16, 64]
 LAYOUT = MemoryLayoutDesc([SHAPE], [torch.bfloat16])
-ROUNDS = 4
+ROUNDS = 8
 _names = itertools.count()
 
 
