@@ -79,3 +79,34 @@ def test_a_deprecated_option_name_is_renamed_with_one_warning(
         validate_options("t_dep", OPTIONS, {"implementation": "cuda"})
     with pytest.raises(ValueError, match="give only 'backend'"):
         validate_options("t_dep", OPTIONS, {"implementation": "torch", "backend": "torch"})
+
+
+def test_core_checksum_kernel_status_in_plugins_and_info(capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    import lmserde
+
+    assert main(["plugins", "--json"]) == 0
+    core = json.loads(capsys.readouterr().out)["core"]
+    assert core["version"] == lmserde.__version__
+    kernel = core["checksum_kernel"]
+    if lmserde.checksum_kernel() is None:  # installed without a compiler
+        assert kernel["backend"] == "python" and kernel["reason"]
+    else:
+        assert kernel == {"name": "stored-object checksum kernel", "backend": "native",
+                          "simd": lmserde.checksum_kernel()}
+    assert main(["plugins"]) == 0
+    assert capsys.readouterr().out.startswith(f"Core: lmserde {lmserde.__version__}; ")
+    assert main(["info", "identity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["core_checksum_kernel"] == kernel
+    assert main(["info", "identity"]) == 0
+    assert "core's stored-object checksum kernel: backend " in capsys.readouterr().out
+
+
+def test_core_checksum_kernel_missing_is_the_python_fallback(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from lmserde import core_kernel
+
+    monkeypatch.setattr(core_kernel, "CORE_KERNEL_MODULE", "lmserde._no_such_kernel")
+    status = core_kernel.describe_core_kernel()
+    assert status["backend"] == "python"
+    assert "lmserde._no_such_kernel is not available (ModuleNotFoundError" in str(status["reason"])

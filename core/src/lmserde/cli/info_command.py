@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from lmserde.core_kernel import describe_core_kernel
 from lmserde.registry import get_serde_spec, list_serdes
 from lmserde.text_table import format_table
 
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         "options_declared": spec.options is not None,
         "options": options,
         "native": spec.describe_native(),
+        "core_checksum_kernel": describe_core_kernel(),
     }
     if args.json:
         print(json.dumps(data, indent=2, default=str))
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     native = data["native"]
     if native is not None:
         print(f"  native code: {_describe_native(native)}")
+    print(f"  core's stored-object checksum kernel: "
+          f"{_describe_native(data['core_checksum_kernel'])}")
     if spec.options is None:
         print("  options: not declared (the factory receives the config kwargs as given)")
     elif options:

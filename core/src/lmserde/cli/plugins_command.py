@@ -18,7 +18,9 @@ import argparse
 import json
 from dataclasses import asdict
 
+from lmserde._version import __version__
 from lmserde.containment import describe_exception
+from lmserde.core_kernel import describe_core_kernel
 from lmserde.hooks import hook_plugin_records
 from lmserde.plugin_discovery import PluginLoadError, PluginRecord
 from lmserde.registries import L2_ADAPTERS
@@ -79,9 +81,13 @@ def run(args: argparse.Namespace) -> int:
                         "status": e.status, "description": e.description, "error": e.error}
                        for e in L2_ADAPTERS.entries(load=args.load)), key=lambda r: r["name"])
     hooks = _hook_rows(args.load)
+    core = {"version": __version__, "checksum_kernel": describe_core_kernel()}
     if args.json:
-        print(json.dumps({"serdes": serdes, "l2_adapters": adapters, "hooks": hooks}, indent=2))
+        print(json.dumps({"core": core, "serdes": serdes, "l2_adapters": adapters,
+                          "hooks": hooks}, indent=2))
         return 0
+    print(f"Core: lmserde {__version__}; {_describe_kernel(core['checksum_kernel'])}")
+    print()
     headers = ("type", "distribution", "version", "status", "description")
     print("Serdes (entry-point group lmcache.serde)")
     print(format_table(headers, [_cells(s, headers) for s in serdes]))
@@ -98,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
         for r in failures:
             print(f"  {r['name']} ({r['distribution']} {r['version']}): {r['error']}")
     return 0
+
+
+def _describe_kernel(kernel: dict[str, object]) -> str:
+    if kernel.get("backend") == "native":
+        return f"{kernel['name']}: native ({kernel['simd']})"
+    return f"{kernel['name']}: python fallback — {kernel.get('reason', '')}"
 
 
 def _cells(row: dict[str, object], headers: tuple[str, ...]) -> list[object]:
