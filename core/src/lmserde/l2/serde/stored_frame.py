@@ -276,11 +276,13 @@ def parse_header(header: bytes | memoryview) -> FrameHeader:
     magic, version, flags, reserved, length, checksum, config_id, key_id, field = _HEAD.unpack_from(raw)
     if magic != FRAME_MAGIC:  # an unframed writer's object (LMCache, frame=False) is not damage
         raise FrameRejected("foreign", f"bad magic {magic!r} (not an lmserde stored object)")
+    # the version before the header checksum: another frame version may lay out (and check)
+    # its header otherwise; it is its writer's object, never damage to this reader
+    if version != FRAME_VERSION:
+        raise FrameRejected("foreign", f"frame version {version} is not supported (this is {FRAME_VERSION})")
     (stored_check,) = _HEADER_CHECKSUM.unpack_from(raw, _HEAD.size)
     if stored_check != xxh3_64(raw[: _HEAD.size]) & 0xFFFFFFFF:
         raise FrameRejected("format", "header checksum mismatch")
-    if version != FRAME_VERSION:  # a newer (or older) lmserde's frame: its writer reads it
-        raise FrameRejected("foreign", f"frame version {version} is not supported (this is {FRAME_VERSION})")
     if flags & ~_KNOWN_FLAGS or reserved:
         raise FrameRejected("foreign", f"unknown flags 0x{flags:02x} / reserved 0x{reserved:04x} "
                             "(written by another frame revision)")
