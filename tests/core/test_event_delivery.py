@@ -62,3 +62,20 @@ def test_flush_gives_up_at_its_timeout() -> None:
     finally:
         release.set()
     assert delivery.flush(5)
+
+
+def test_a_forked_child_delivers_its_own_events() -> None:
+    """The parent's delivery thread does not come along into a forked child: the child starts
+    its own on its first event (else its events would queue forever)."""
+    import os
+
+    seen: list[int] = []
+    delivery = EventDelivery(seen.append)
+    assert delivery.submit(0) and delivery.flush(5)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only when its event arrived
+        ok = delivery.submit(1) and delivery.flush(5) and seen == [0, 1]
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert seen == [0]  # the parent's own list: the child's event stayed in the child

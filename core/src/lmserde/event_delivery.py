@@ -10,6 +10,7 @@ counted (:meth:`EventDelivery.stats`), never waited for: observability gives way
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -41,6 +42,8 @@ class EventDelivery:
         self._name = name
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._limit = limit
         self._delivered = 0
         self._dropped = 0
         self._last_drop_log = 0.0
@@ -66,8 +69,13 @@ class EventDelivery:
         return True
 
     def _ensure_thread(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None and self._pid == os.getpid():
             return
+        if self._pid != os.getpid():  # a forked child: the parent's thread (and whatever it
+            self._lock = threading.Lock()  # held) did not come along; start afresh
+            self._queue = queue.Queue(maxsize=self._limit)
+            self._thread = None
+            self._pid = os.getpid()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
