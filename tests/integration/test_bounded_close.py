@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,8 +39,9 @@ from lmserde import (
 from lmserde.hooks import event_delivery_stats, flush_events, get_plugin_manager
 from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
-from lmserde.l2 import create_l2_adapter
+from lmserde.l2 import MemoryL2Adapter, SerdeL2AdapterWrapper, create_l2_adapter
 from lmserde.l2.contract.poll_loop import PollLoop
+from lmserde.l2.serde.bounded_close import FINISH_GRACE_S
 from lmserde.options import DEFAULT_CLOSE_TIMEOUT_S
 from lmserde.registry import register_serde_factory, unregister_serde_factory
 
@@ -280,3 +282,40 @@ def test_a_hook_that_never_returns_delays_no_task_and_no_close(gate: _Gate, l1: 
         gate.release.set()
         assert flush_events()
         pm.unregister(hook)
+
+
+class _SubmitHangsInner(MemoryL2Adapter):
+    """An inner adapter whose submit_load_task never returns once armed (a caller's thread is
+    stuck in plugin code, holding the wrapper's load path)."""
+
+    def __init__(self, gate: _Gate) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def submit_load_task(self, keys: Any, objects: Any) -> int:
+        self.gate.entered.set()
+        self.gate.release.wait(HANG_GUARD)
+        return super().submit_load_task(keys, objects)
+
+
+def test_a_submit_stuck_in_the_inner_adapter_does_not_hang_close(gate: _Gate, l1: L1Manager,
+                                                                 cache: Cache) -> None:
+    inner = _SubmitHangsInner(gate)
+    proc = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(),
+                               serde_type="t_stuck_submit", close_timeout_s=BOUND)
+    wrapper = SerdeL2AdapterWrapper(inner, proc, l1, size_contract=SerdeSizeContract.EXACT)
+    keys = [key_of(0)]
+    dsts = cache.put(keys, objects_for(KV, 1))
+    caller = threading.Thread(target=lambda: wrapper.submit_load_task(keys, dsts), daemon=True)
+    try:
+        caller.start()
+        assert gate.entered.wait(HANG_GUARD)  # the caller's thread is inside the inner submit
+        seconds = _timed_close(wrapper)
+        assert seconds < BOUND + FINISH_GRACE_S + MARGIN, seconds
+        hung = wrapper.report_status()["serde_wrapper"]["hung_at_close"]
+        assert [h["component"] for h in hung] == ["load path"], hung
+        assert "submit_load_task is stuck" in hung[0]["what"]
+    finally:
+        gate.release.set()
+        caller.join(HANG_GUARD)
+        l1.delete(keys)

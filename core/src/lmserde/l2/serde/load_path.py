@@ -404,23 +404,29 @@ class LoadPath:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stop_accepting(self) -> None:
-        """Refuse new loads from now on (``submit`` raises ``RuntimeError``); stop the worker."""
-        with self._lock:
-            self._closed = True
+        """Refuse new loads from now on (``submit`` raises ``RuntimeError``); stop the worker.
+        Never waits (a caller's submit may be stuck in plugin code holding the path's lock)."""
+        self._closed = True
         self._worker.close()
 
-    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool
-                        ) -> list[UnfinishedTask]:
+    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool,
+                        timeout: float) -> list[UnfinishedTask] | None:
         """Take every unfinished load out of the path (call after :meth:`stop_accepting`, once
         the serde and the inner adapter were closed, or gave up on). A load still waiting for
         its stored sizes holds no temporaries; one whose deserialize is in ``hung_serde_ids``,
-        or that the inner adapter holds while ``inner_hung``, keeps its temporaries."""
-        with self._lock:
+        or that the inner adapter holds while ``inner_hung``, keeps its temporaries. ``None``
+        when the path's lock could not be had within ``timeout`` seconds (a caller's submit
+        into the inner adapter never returned): its tasks are left as they are."""
+        if not self._lock.acquire(timeout=max(timeout, 0.0)):
+            return None
+        try:
             waiting = list(self._sizing.values())
             loading = list(self._inner_loading.values())
             decoding = list(self._deserializing.items())
             for table in (self._inner_loading, self._deserializing, self._sizing):
                 table.clear()
+        finally:
+            self._lock.release()
         held = [(task, False) for task in waiting]
         held += [(task, inner_hung) for task in loading]
         held += [(task, serde_id in hung_serde_ids) for serde_id, task in decoding]

@@ -271,21 +271,26 @@ class StorePath:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stop_accepting(self) -> None:
-        """Refuse new stores from now on (``submit`` raises ``RuntimeError``)."""
-        with self._lock:
-            self._closed = True
+        """Refuse new stores from now on (``submit`` raises ``RuntimeError``). Never waits (a
+        caller's submit may be stuck in plugin code holding the path's lock)."""
+        self._closed = True
 
-    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool
-                        ) -> list[UnfinishedTask]:
+    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool,
+                        timeout: float) -> list[UnfinishedTask] | None:
         """Take every unfinished store out of the path (call after :meth:`stop_accepting`, once
         the serde and the inner adapter were closed, or gave up on). A task whose serialize is
         in ``hung_serde_ids``, or that the inner adapter holds while ``inner_hung``, keeps its
-        temporaries."""
-        with self._lock:
+        temporaries. ``None`` when the path's lock could not be had within ``timeout`` seconds
+        (a caller's submit into the serde never returned): its tasks are left as they are."""
+        if not self._lock.acquire(timeout=max(timeout, 0.0)):
+            return None
+        try:
             serializing = list(self._serializing.items())
             storing = list(self._inner_storing.values())
             self._serializing.clear()
             self._inner_storing.clear()
+        finally:
+            self._lock.release()
         held = [(task, serde_id in hung_serde_ids) for serde_id, task in serializing]
         held += [(task, inner_hung) for task in storing]
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]

@@ -44,6 +44,7 @@ from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
 from lmserde.l2.serde.temporaries import L1_WRITE_TAG, Temporaries
+from lmserde.l2.serde.wrapper_task import UnfinishedTask
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 from lmserde.spec import SerdeSizeContract
@@ -338,8 +339,17 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._stores.stop_accepting()
         self._loads.stop_accepting()
         report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
-        unfinished = [*self._stores.take_unfinished(report.serde_task_ids, report.inner_hung),
-                      *self._loads.take_unfinished(report.serde_task_ids, report.inner_hung)]
+        unfinished: list[UnfinishedTask] = []
+        for name, path in (("store path", self._stores), ("load path", self._loads)):
+            taken = path.take_unfinished(report.serde_task_ids, report.inner_hung,
+                                         max(report.left(), 0.05))
+            if taken is None:
+                what = (f"a caller's submit_{name.split()[0]}_task is stuck in the serde's or the "
+                        "inner adapter's submit; its tasks were left unfinished")
+                report.hung.append({"component": name, "where": "", "what": what})
+                _log.error("serde wrapper: close(): %s", what)
+            else:
+                unfinished += taken
         kept = sum(1 for task in unfinished if task.keeps_temporaries)
         if kept:
             _log.error("serde wrapper: %d task(s) keep their L1 temporaries: a plugin call that "
