@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +52,22 @@ class _Entry:
     fmt: MemoryFormat
     state: _State = _State.WRITE_LOCKED
     readers: int = 0
+
+
+def _is_write_locked(entry: _Entry) -> bool:
+    return entry.state is _State.WRITE_LOCKED
+
+
+def _is_ready(entry: _Entry) -> bool:
+    return entry.state is _State.READY
+
+
+def _is_read_locked(entry: _Entry) -> bool:
+    return entry.state is _State.READY and entry.readers > 0
+
+
+def _is_unlocked_ready(entry: _Entry) -> bool:
+    return entry.state is _State.READY and not entry.readers
 
 
 def _check_keys(keys: Sequence[ObjectKey]) -> list[ObjectKey]:
@@ -230,18 +246,13 @@ class L1Manager:
         result: L1Result = {}
         notify: list[ObjectKey] = []
         with self._lock:
-            for key in key_list:
-                entry = self._visible(key, tag)
-                if entry is None:
-                    result[key] = (L1Error.KEY_NOT_EXIST, None)
-                elif entry.state is not _State.WRITE_LOCKED:
-                    result[key] = (L1Error.KEY_IN_WRONG_STATE, entry.obj)
-                else:
-                    entry.state = _State.READY
-                    entry.readers = read_locks
-                    result[key] = (L1Error.SUCCESS, entry.obj)
-                    if not entry.temporary and not entry.tag:
-                        notify.append(key)
+            for key, entry in self._entries_in_state(key_list, tag, result, _is_write_locked,
+                                                     show_wrong=True):
+                entry.state = _State.READY
+                entry.readers = read_locks
+                result[key] = (L1Error.SUCCESS, entry.obj)
+                if not entry.temporary and not entry.tag:
+                    notify.append(key)
             listeners = list(self._listeners) if notify else []
         for listener in listeners:
             listener(notify)
@@ -252,15 +263,10 @@ class L1Manager:
         key_list = _check_keys(keys)
         result: L1Result = {}
         with self._lock:
-            for key in key_list:
-                entry = self._visible(key, tag)
-                if entry is None:
-                    result[key] = (L1Error.KEY_NOT_EXIST, None)
-                elif entry.state is not _State.WRITE_LOCKED:
-                    result[key] = (L1Error.KEY_IN_WRONG_STATE, entry.obj)
-                else:
-                    self._remove_locked(key, entry)
-                    result[key] = (L1Error.SUCCESS, None)
+            for key, entry in self._entries_in_state(key_list, tag, result, _is_write_locked,
+                                                     show_wrong=True):
+                self._remove_locked(key, entry)
+                result[key] = (L1Error.SUCCESS, None)
         return result
 
     # -- read path ------------------------------------------------------------------------------
@@ -270,15 +276,10 @@ class L1Manager:
         key_list = _check_keys(keys)
         result: L1Result = {}
         with self._lock:
-            for key in key_list:
-                entry = self._visible(key, tag)
-                if entry is None:
-                    result[key] = (L1Error.KEY_NOT_EXIST, None)
-                elif entry.state is not _State.READY:
-                    result[key] = (L1Error.KEY_IN_WRONG_STATE, None)
-                else:
-                    entry.readers += 1
-                    result[key] = (L1Error.SUCCESS, entry.obj)
+            for key, entry in self._entries_in_state(key_list, tag, result, _is_ready,
+                                                     show_wrong=False):
+                entry.readers += 1
+                result[key] = (L1Error.SUCCESS, entry.obj)
         return result
 
     def finish_read(self, keys: Sequence[ObjectKey]) -> L1Result:
@@ -289,19 +290,14 @@ class L1Manager:
         key_list = _check_keys(keys)
         result: L1Result = {}
         with self._lock:
-            for key in key_list:
-                entry = self._entries.get(key)
-                if entry is None:
-                    result[key] = (L1Error.KEY_NOT_EXIST, None)
-                elif entry.state is not _State.READY or entry.readers == 0:
-                    result[key] = (L1Error.KEY_IN_WRONG_STATE, None)
+            for key, entry in self._entries_in_state(key_list, None, result, _is_read_locked,
+                                                     show_wrong=False):
+                entry.readers -= 1
+                if entry.temporary and entry.readers == 0:
+                    self._remove_locked(key, entry)
+                    result[key] = (L1Error.SUCCESS, None)
                 else:
-                    entry.readers -= 1
-                    if entry.temporary and entry.readers == 0:
-                        self._remove_locked(key, entry)
-                        result[key] = (L1Error.SUCCESS, None)
-                    else:
-                        result[key] = (L1Error.SUCCESS, entry.obj)
+                    result[key] = (L1Error.SUCCESS, entry.obj)
         return result
 
     def delete(self, keys: Sequence[ObjectKey], tag: str = "") -> L1Result:
@@ -313,16 +309,11 @@ class L1Manager:
         result: L1Result = {}
         removed: list[ObjectKey] = []
         with self._lock:
-            for key in key_list:
-                entry = self._visible(key, tag)
-                if entry is None:
-                    result[key] = (L1Error.KEY_NOT_EXIST, None)
-                elif entry.state is not _State.READY or entry.readers:
-                    result[key] = (L1Error.KEY_IN_WRONG_STATE, entry.obj)
-                else:
-                    self._remove_locked(key, entry)
-                    result[key] = (L1Error.SUCCESS, None)
-                    removed.append(key)
+            for key, entry in self._entries_in_state(key_list, tag, result, _is_unlocked_ready,
+                                                     show_wrong=True):
+                self._remove_locked(key, entry)
+                result[key] = (L1Error.SUCCESS, None)
+                removed.append(key)
             listeners = list(self._delete_listeners) if removed else []
         for listener in listeners:
             try:
@@ -332,6 +323,22 @@ class L1Manager:
         return result
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _entries_in_state(
+        self, key_list: list[ObjectKey], tag: str | None, result: L1Result,
+        wanted: Callable[[_Entry], bool], *, show_wrong: bool,
+    ) -> Iterator[tuple[ObjectKey, _Entry]]:
+        """Under the lock: yield ``(key, entry)`` for each key whose entry exists (seen with
+        ``tag``; ``None``: whatever its tag) and is ``wanted``; record ``KEY_NOT_EXIST`` or
+        ``KEY_IN_WRONG_STATE`` (with the object when ``show_wrong``) in ``result`` for the rest."""
+        for key in key_list:
+            entry = self._entries.get(key) if tag is None else self._visible(key, tag)
+            if entry is None:
+                result[key] = (L1Error.KEY_NOT_EXIST, None)
+            elif not wanted(entry):
+                result[key] = (L1Error.KEY_IN_WRONG_STATE, entry.obj if show_wrong else None)
+            else:
+                yield key, entry
 
     def _visible(self, key: ObjectKey, tag: str) -> _Entry | None:
         entry = self._entries.get(key)
