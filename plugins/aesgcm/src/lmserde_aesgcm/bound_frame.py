@@ -14,6 +14,7 @@ import struct
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from lmserde.tenant_keys import MAX_KEY_VERSION
 
 from lmserde_aesgcm.errors import FrameFormatError
 
@@ -43,7 +44,6 @@ TAG_LEN = 16
 SUITE_AES_128_GCM = 0x01
 SUITE_AES_256_GCM = 0x02
 SUITE_KEY_LEN: dict[int, int] = {SUITE_AES_128_GCM: 16, SUITE_AES_256_GCM: 32}
-MAX_KEY_VERSION = 0xFFFF_FFFF
 # NIST SP 800-38D: at most 2**39 - 256 bits of plaintext per GCM invocation.
 MAX_PLAINTEXT_LEN = (2**39 - 256) // 8
 

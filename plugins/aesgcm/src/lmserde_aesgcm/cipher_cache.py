@@ -7,12 +7,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from lmserde.tenant_keys import KeyProvider
 
 from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
 from lmserde_aesgcm.key_derivation import derive_key
 from lmserde_aesgcm.key_identity import key_id
-from lmserde_aesgcm.key_provider import KeyProvider
 
 __all__ = ["DEFAULT_CAPACITY", "CipherEntry", "CipherCache"]
 

@@ -27,7 +27,7 @@ examples:
 
 def run_keygen(args: argparse.Namespace) -> int:
     """Handler of ``lmserde keygen``; returns the exit code. Never prints key material."""
-    from lmserde_aesgcm.keygen import (
+    from lmserde.tenant_keys import (
         MASTER_KEY_BYTES,
         add_keyring_version,
         set_keyring_current,

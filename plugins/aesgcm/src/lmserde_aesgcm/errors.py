@@ -13,6 +13,8 @@ only when its decode raises a ``ValueError`` ("these bytes are bad"):
   key material this reader does not hold (another master key, a key version or tenant it lacks):
   they are someone else's, a miss, never a deletion.
 
+The key-file and keyring errors are :mod:`lmserde.tenant_keys`'s own (re-exported here).
+
 No message ever contains key material (key ids are one-way fingerprints, see ``key_identity``).
 """
 
@@ -20,6 +22,12 @@ from __future__ import annotations
 
 from cryptography.exceptions import InvalidTag
 from lmserde import ForeignObjectError
+from lmserde.tenant_keys import (
+    KeyFileError,
+    KeyringError,
+    UnknownKeyVersionError,
+    UnknownTenantError,
+)
 
 __all__ = [
     "FrameFormatError",
@@ -46,21 +54,8 @@ class FrameAuthenticationError(InvalidTag, ValueError):
     was moved to another object key."""
 
 
-class KeyFileError(ValueError):
-    """A master key file is unusable: missing, too short, too large or readable by others."""
 
 
-class KeyringError(ValueError):
-    """A keyring file is malformed or unusable."""
-
-
-class UnknownTenantError(KeyringError):
-    """The key provider holds no key for the requested tenant (``cache_salt``)."""
-
-
-class UnknownKeyVersionError(KeyringError):
-    """The provider does not hold the requested key version for that tenant (a frame that
-    names it is decoded as :class:`ForeignKeyError`, whose ``__cause__`` this is)."""
 
 
 class KeyProviderError(ValueError):

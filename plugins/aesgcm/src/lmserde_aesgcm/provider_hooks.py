@@ -28,9 +28,9 @@ from typing import Any
 
 import pluggy
 from lmserde import call_hookimpls, get_plugin_manager, hookspec
+from lmserde.tenant_keys import KeyProvider
 
 from lmserde_aesgcm.errors import KeyProviderError
-from lmserde_aesgcm.key_provider import KeyProvider
 
 __all__ = [
     "BUILTIN_PROVIDERS",

@@ -11,6 +11,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from lmserde import Deserializer, MemoryLayoutDesc, MemoryObj, ObjectKey, Serializer
+from lmserde.tenant_keys import KeyProvider
 
 from lmserde_aesgcm import frame_v1, frame_v2, frame_v3
 from lmserde_aesgcm.cipher_cache import CipherCache, CipherEntry
@@ -24,7 +25,6 @@ from lmserde_aesgcm.errors import (
     UnknownKeyVersionError,
     UnknownTenantError,
 )
-from lmserde_aesgcm.key_provider import KeyProvider
 
 __all__ = [
     "FRAME_VERSIONS",

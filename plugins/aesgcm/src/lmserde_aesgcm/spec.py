@@ -15,12 +15,11 @@ from lmserde import (
     close_timeout_option,
     max_workers_option,
 )
+from lmserde.tenant_keys import KeyProvider, KeyringKeyProvider
 
 from lmserde_aesgcm.cipher_cache import CipherCache
 from lmserde_aesgcm.errors import KeyProviderError
 from lmserde_aesgcm.hkdf_provider import HkdfKeyProvider
-from lmserde_aesgcm.key_provider import KeyProvider
-from lmserde_aesgcm.keyring_provider import KeyringKeyProvider
 from lmserde_aesgcm.provider_hooks import resolve_key_provider
 from lmserde_aesgcm.serde import (
     DEFAULT_FRAME_VERSION,

@@ -10,9 +10,9 @@ import os
 import secrets
 from pathlib import Path
 
-from lmserde_aesgcm.errors import KeyFileError
-from lmserde_aesgcm.key_file import read_secret_file
-from lmserde_aesgcm.keyring import Keyring, parse_keyring
+from lmserde.tenant_keys.errors import KeyFileError
+from lmserde.tenant_keys.keyring import Keyring, parse_keyring
+from lmserde.tenant_keys.secret_file import read_secret_file
 
 __all__ = [
     "MASTER_KEY_BYTES", "write_master_key", "add_keyring_version", "set_keyring_current",

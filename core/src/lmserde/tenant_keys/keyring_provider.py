@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from lmserde_aesgcm.key_file import read_secret_file
-from lmserde_aesgcm.key_provider import KeyProvider
-from lmserde_aesgcm.keyring import Keyring, parse_keyring
+from lmserde.tenant_keys.keyring import Keyring, parse_keyring
+from lmserde.tenant_keys.provider import KeyProvider
+from lmserde.tenant_keys.secret_file import read_secret_file
 
 __all__ = ["KeyringKeyProvider"]
 

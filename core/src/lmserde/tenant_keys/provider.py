@@ -4,24 +4,26 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-__all__ = ["KeyProvider"]
+__all__ = ["KeyProvider", "MAX_KEY_VERSION"]
+
+#: Key versions are integers in ``[0, MAX_KEY_VERSION]`` (they travel in frames as 32 bits).
+MAX_KEY_VERSION = 0xFFFF_FFFF
 
 
 class KeyProvider(ABC):
-    """Supplies root secrets; the serde derives the AES keys from them (see ``key_derivation``).
+    """Supplies root secrets; their user derives its keys from them (``aesgcm``: its AES keys).
 
     A *tenant* is an object key's ``cache_salt`` (``""`` is a tenant too). Each tenant has one
     *current* key version, used for new frames, and may hold older versions that still decrypt.
     Versions are integers in ``[0, 2**32 - 1]``.
 
     Implementations must be thread-safe and fast after warm-up: ``current_version`` is called for
-    every frame written (the serde caches derived keys, not versions). Errors are ``ValueError``s
+    every frame written (users cache derived keys, not versions). Errors are ``ValueError``s
     (``UnknownTenantError``, ``UnknownKeyVersionError``) that never contain key material, and
-    ``repr`` must not reveal it either. While decoding, the serde turns every provider failure
-    into ``KeyUnavailableError`` (an outage: the stored object is kept, and decodes once the
-    provider is back), except ``UnknownTenantError`` and ``UnknownKeyVersionError`` for the
-    version a frame names, which mean "not a key I hold": ``ForeignKeyError`` (someone else's
-    object: kept, a miss). Either way nothing is deleted.
+    ``repr`` must not reveal it either. ``UnknownTenantError`` and ``UnknownKeyVersionError`` for
+    the version a frame names mean "not a key I hold" (someone else's object: kept, a miss); any
+    other failure is an outage (the object is kept and read again once the provider is back).
+    Either way nothing is deleted.
     """
 
     @abstractmethod

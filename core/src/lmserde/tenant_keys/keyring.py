@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from lmserde_aesgcm.errors import KeyringError, UnknownKeyVersionError, UnknownTenantError
-from lmserde_aesgcm.frame_v2 import MAX_KEY_VERSION
-from lmserde_aesgcm.key_file import MIN_MASTER_KEY_BYTES
+from lmserde.tenant_keys.errors import KeyringError, UnknownKeyVersionError, UnknownTenantError
+from lmserde.tenant_keys.provider import MAX_KEY_VERSION
+from lmserde.tenant_keys.secret_file import MIN_MASTER_KEY_BYTES
 
 __all__ = ["KEYRING_FORMAT_VERSION", "TenantKeys", "Keyring", "parse_keyring", "check_tenant_name"]
 

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from lmserde_aesgcm.errors import KeyFileError
+from lmserde.tenant_keys.errors import KeyFileError
 
 __all__ = [
     "MIN_MASTER_KEY_BYTES",
@@ -25,7 +25,7 @@ MIN_MASTER_KEY_BYTES = 16
 MAX_SECRET_FILE_BYTES = 1 << 20
 _GROUP_OTHER_ACCESS = 0o066
 
-_log = logging.getLogger("lmserde_aesgcm")
+_log = logging.getLogger("lmserde.tenant_keys")
 
 
 def _file_kind(mode: int) -> str:
