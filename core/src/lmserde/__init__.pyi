@@ -61,3 +61,4 @@ from .registry import register_serde_factory as register_serde_factory
 from .spec import SerdePair as SerdePair
 from .spec import SerdeSizeContract as SerdeSizeContract
 from .spec import SerdeSpec as SerdeSpec
+from .spec import StoragePlacementMode as StoragePlacementMode

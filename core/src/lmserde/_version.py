@@ -1,3 +1,3 @@
 """Package version (kept in step with core/pyproject.toml)."""
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"

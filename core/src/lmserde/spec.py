@@ -1,7 +1,8 @@
 """Serde specs: what a plugin publishes under the ``lmcache.serde`` entry-point group.
 
-``SerdePair`` (:mod:`lmserde.serde_pair`) and ``SerdeSizeContract`` (:mod:`lmserde.size_contract`)
-live below the serde contracts and are re-exported here. This module sits above
+``SerdePair`` (:mod:`lmserde.serde_pair`), ``SerdeSizeContract`` (:mod:`lmserde.size_contract`)
+and ``StoragePlacementMode`` (:mod:`lmserde.storage_placement`) live below the serde contracts
+and are re-exported here. This module sits above
 :mod:`lmserde.processor`: :meth:`SerdeSpec.create_processor` runs a pair in an
 :class:`~lmserde.AsyncSerdeProcessor`, imported when it is first called so that importing a spec
 (listing plugins) imports neither torch nor a thread pool.
@@ -20,11 +21,13 @@ from lmserde.options import SerdeOption, validate_options
 from lmserde.plugin_registry import spec_from_entry_object
 from lmserde.serde_pair import SerdePair, SerdePairFactory
 from lmserde.size_contract import SerdeSizeContract
+from lmserde.storage_placement import StoragePlacementMode
 
 if TYPE_CHECKING:
     from lmserde.base import SerdeProcessor
 
-__all__ = ["SerdeSizeContract", "SerdeSpec", "SerdeFactory", "SerdePair", "SerdePairFactory"]
+__all__ = ["SerdeSizeContract", "SerdeSpec", "SerdeFactory", "SerdePair", "SerdePairFactory",
+           "StoragePlacementMode"]
 
 SerdeFactory = Callable[[dict[str, Any]], "SerdeProcessor"]
 
@@ -55,6 +58,15 @@ class SerdeSpec:
     error when a chain feeds it something else. Identity: ``format_version`` is the version of the
     plugin's byte format — bump it whenever the bytes written for the same options change.
 
+    Placement: ``placement`` says where an L2 tier puts the groups of a KV object
+    (:class:`~lmserde.StoragePlacementMode`). ``KV_TOGETHER`` (the default) stores the whole
+    object through the serde. ``KV_SPLIT_TIER`` is for a serde that stores V alone: its slot
+    mappings leave K absent (two slots, one present, like ``(None, 1)``), and an adapter
+    configured with it keeps K in L1 and stores V through the serde (the split tier). The
+    adapter builder decides from this declaration alone; the slot mapping is checked against it
+    when the adapter is built. Not part of the serde's identity: stored objects do not change
+    with it. A chain cannot hold a ``KV_SPLIT_TIER`` serde.
+
     Native code: a serde with a compiled codec sets ``native_status`` to a function returning what
     this process runs, in the vocabulary every plugin shares: ``backend`` (``"native"`` or
     ``"torch"``), ``simd`` (the instruction level of the native code, e.g. ``"avx2"``,
@@ -74,6 +86,7 @@ class SerdeSpec:
     format_version: int = 1
     native_status: Callable[[], Mapping[str, Any]] | None = None
     pair_factory: SerdePairFactory | None = None
+    placement: StoragePlacementMode = StoragePlacementMode.KV_TOGETHER
 
     def __post_init__(self) -> None:
         if (self.factory is None) == (self.pair_factory is None):
@@ -91,6 +104,11 @@ class SerdeSpec:
                 or self.format_version < 1:
             raise TypeError(
                 f"SerdeSpec.format_version must be an int >= 1, got {self.format_version!r}"
+            )
+        if not isinstance(self.placement, StoragePlacementMode):
+            raise TypeError(
+                f"SerdeSpec.placement must be an lmserde.StoragePlacementMode (KV_TOGETHER or "
+                f"KV_SPLIT_TIER), got {self.placement!r}"
             )
 
     def identity_config(self, serde_type: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:

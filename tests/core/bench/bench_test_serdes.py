@@ -30,6 +30,7 @@ from lmserde import (
     SerdeSizeContract,
     SerdeSpec,
     Serializer,
+    StoragePlacementMode,
     as_byte_tensor,
     max_workers_option,
 )
@@ -161,7 +162,8 @@ SPECS: dict[str, SerdeSpec] = {
         "two-slot exact copy", (max_workers_option(1),), SerdeSizeContract.EXACT, lossy=False),
     "bench_vonly": SerdeSpec(
         lambda kw: _processor(VOnlySerializer(), VOnlyDeserializer(), "bench_vonly", kw),
-        "K slot absent (split tier)", (max_workers_option(1),), SerdeSizeContract.EXACT),
+        "K slot absent (split tier)", (max_workers_option(1),), SerdeSizeContract.EXACT,
+        placement=StoragePlacementMode.KV_SPLIT_TIER),
     "bench_halfbyte": SerdeSpec(
         lambda kw: _processor(HalfByteSerializer(), HalfByteDeserializer(), "bench_halfbyte", kw),
         "high byte of each 2-byte element", (max_workers_option(1),), SerdeSizeContract.EXACT,

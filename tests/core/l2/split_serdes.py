@@ -1,8 +1,8 @@
 """A V-only serde the split-tier core tests register programmatically (no plugin needed).
 
-``split_test_v_only`` leaves the K slot absent (slot mapping ``(None, 1)``) and stores the V
-group's bytes unchanged (EXACT size contract), so a round trip through split-tier placement must
-give back both groups bit-exactly.
+``split_test_v_only`` declares split-tier placement on its spec, leaves the K slot absent (slot
+mapping ``(None, 1)``) and stores the V group's bytes unchanged (EXACT size contract), so a round
+trip through split-tier placement must give back both groups bit-exactly.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from lmserde import (
     ObjectKey,
     SerdeSizeContract,
     SerdeSpec,
+    StoragePlacementMode,
     TensorMemoryObj,
     as_byte_tensor,
 )
@@ -34,13 +35,16 @@ GROUP_BYTES = 2 * 512
 
 
 class _VOnlySerializer(MultiSerializer):
+    def __init__(self, mapping: tuple[int | None, ...] = (None, 1)) -> None:
+        self._mapping = mapping
+
     @property
     def group_size(self) -> int:
         return 2
 
     @property
     def input_slot_mapping(self) -> tuple[int | None, ...]:
-        return (None, 1)
+        return self._mapping
 
     def serialize(self, src: MemoryObjGroup, dst: MemoryObj, key: ObjectKey) -> int:
         if src[0] is not None:
@@ -56,13 +60,16 @@ class _VOnlySerializer(MultiSerializer):
 
 
 class _VOnlyDeserializer(MultiDeserializer):
+    def __init__(self, mapping: tuple[int | None, ...] = (None, 1)) -> None:
+        self._mapping = mapping
+
     @property
     def group_size(self) -> int:
         return 2
 
     @property
     def output_slot_mapping(self) -> tuple[int | None, ...]:
-        return (None, 1)
+        return self._mapping
 
     def deserialize(self, src: MemoryObj, dst: MemoryObjGroup, key: ObjectKey) -> None:
         v = dst[1].tensor.reshape(-1).view(torch.uint8)
@@ -70,14 +77,22 @@ class _VOnlyDeserializer(MultiDeserializer):
 
 
 @contextmanager
-def v_only_serde_registered() -> Iterator[str]:
-    register_serde_factory(V_ONLY, SerdeSpec(
-        factory=lambda kwargs: AsyncSerdeProcessor(_VOnlySerializer(), _VOnlyDeserializer()),
-        description="test: V bytes only", options=None, size_contract=SerdeSizeContract.EXACT))
+def v_only_serde_registered(
+    name: str = V_ONLY, *,
+    placement: StoragePlacementMode = StoragePlacementMode.KV_SPLIT_TIER,
+    mapping: tuple[int | None, ...] = (None, 1),
+) -> Iterator[str]:
+    """Register the V-bytes serde as ``name`` with ``placement`` declared on its spec and the
+    slot ``mapping`` (both directions), for the duration of the block."""
+    register_serde_factory(name, SerdeSpec(
+        factory=lambda kwargs: AsyncSerdeProcessor(_VOnlySerializer(mapping),
+                                                   _VOnlyDeserializer(mapping)),
+        description="test: V bytes only", options=None, size_contract=SerdeSizeContract.EXACT,
+        placement=placement))
     try:
-        yield V_ONLY
+        yield name
     finally:
-        unregister_serde_factory(V_ONLY)
+        unregister_serde_factory(name)
 
 
 def key(i: int, *, group: int = 0, salt: str = "tenant-a") -> ObjectKey:

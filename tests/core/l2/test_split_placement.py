@@ -1,7 +1,8 @@
-"""Split-tier building blocks: placement derivation, child keys, the manifest, L1 delete listeners."""
+"""Split-tier building blocks: declared placement, child keys, the manifest, L1 delete listeners."""
 
 from __future__ import annotations
 
+import lmserde.l2.build as l2
 import pytest
 import torch
 from hypothesis import assume, given
@@ -19,7 +20,8 @@ from lmserde.l2 import (
     derive_storage_placement_mode,
     parse_component_key,
 )
-from lmserde.l2.split.placement import placement_of_processor
+from lmserde.l2.split.placement import check_whole_object_slots
+from split_serdes import v_only_serde_registered
 
 SPLIT, TOGETHER = StoragePlacementMode.KV_SPLIT_TIER, StoragePlacementMode.KV_TOGETHER
 
@@ -49,19 +51,42 @@ def test_placement_of_several_configs_is_split_if_any_is() -> None:
     assert derive_storage_placement_mode([]) is TOGETHER
 
 
-@pytest.mark.parametrize(("mapping", "mode"), [
-    (None, TOGETHER), ((0, 1), TOGETHER), ((0, None, 1), TOGETHER),
-    ((None, 1), SPLIT), ((0, None), SPLIT),
+def test_placement_is_what_the_spec_declares_whatever_the_name() -> None:
+    """No name rule: a serde named ``*_v_only`` that declares ``KV_TOGETHER`` stores whole
+    objects, and one declaring ``KV_SPLIT_TIER`` under any name is split-tier."""
+    with v_only_serde_registered("acme_keys_stay_home"):
+        assert derive_storage_placement_mode([SerdeConfig("acme_keys_stay_home")]) is SPLIT
+        assert derive_storage_placement_mode(
+            [{"type": "fs", "serde": [{"type": "fp8"}, {"type": "acme_keys_stay_home"}]}]) is SPLIT
+    with v_only_serde_registered("acme_v_only", placement=TOGETHER, mapping=(0, 1)):
+        assert derive_storage_placement_mode([SerdeConfig("acme_v_only")]) is TOGETHER
+
+
+def test_an_unknown_serde_declares_no_placement() -> None:
+    """Building it reports the unknown type; the placement query does not guess from its name."""
+    assert derive_storage_placement_mode([SerdeConfig("no_such_serde_v_only")]) is TOGETHER
+    with pytest.raises(ValueError, match="no_such_serde_v_only"):
+        l2.check_serde_config(SerdeConfig("no_such_serde_v_only"))
+
+
+@pytest.mark.parametrize(("mapping", "refused"), [
+    (None, False), ((0, 1), False), ((0, None, 1), False), ((None, 1), True), ((0, None), True),
 ])
-def test_placement_from_the_slot_mapping(mapping: tuple[int | None, ...] | None,
-                                         mode: StoragePlacementMode) -> None:
-    """Absent slots mean split-tier only when the present ones leave a (K, V) group out."""
+def test_a_whole_object_serde_must_cover_every_group(mapping: tuple[int | None, ...] | None,
+                                                     refused: bool) -> None:
+    """Absent slots are refused for ``KV_TOGETHER`` only when the present ones leave a (K, V)
+    group out (the wrapper would store half the object)."""
 
     class Slots:
         def input_slot_mapping(self) -> tuple[int | None, ...] | None:
             return mapping
 
-    assert placement_of_processor(Slots()) is mode  # type: ignore[arg-type]
+    if not refused:
+        check_whole_object_slots(Slots(), "t")  # type: ignore[arg-type]
+        return
+    with pytest.raises(SplitTierConfigError, match="'t'.*leaves a group.*declares placement "
+                                                   "KV_TOGETHER.*KV_SPLIT_TIER in its SerdeSpec"):
+        check_whole_object_slots(Slots(), "t")  # type: ignore[arg-type]
 
 
 def test_a_split_tier_adapter_must_be_the_only_l2_adapter() -> None:

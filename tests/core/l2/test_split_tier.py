@@ -323,3 +323,26 @@ def test_close_releases_everything(tmp_path: Path, l1: L1Manager) -> None:
     assert l1.memory_used_bytes() == 0 and l1.num_objects() == 0
     with pytest.raises(RuntimeError, match="closed"):
         split.submit_store_task([key(2)], [kv_object(2)])
+
+
+def test_close_completes_unfinished_loads_as_misses(tmp_path: Path, l1: L1Manager) -> None:
+    """A load still waiting on the V side when the adapter closes completes as all misses (and
+    its K half is released), as every unfinished task of a closing adapter completes."""
+    generations = l2.GenerationSource(b"\x01" * 8)
+    v_key = l2.derive_v_child_key(key(1), b"\x01" * 8 + (1).to_bytes(8, "big"))
+    # a plan (by seed) that lets the V store through and holds the V load back for a minute+
+    plan = next(p for p in (l2.FaultPlan(seed=s, delay_rate=0.5, delay_seconds=3600)
+                            for s in range(1000))
+                if p.delay_for("store", [v_key]) == 0.0 and p.delay_for("load", [v_key]) > 60)
+    fault = l2.FaultInjectingL2Adapter(
+        l2.create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "kv")}, None), plan)
+    split = l2.create_split_tier_adapter(fault, create_serde_processor(SerdeConfig(V_ONLY)), l1,
+                                         serde_type=V_ONLY, generation_source=generations)
+    assert l2.store_sync(split, [key(1)], [kv_object(1)]).is_successful()
+    assert split.v_child_key(key(1)) == v_key
+    task = split.submit_load_task([key(1)], [sentinel_object()])
+    assert split.query_load_result(task) is None  # held back by the fault plan
+    split.close()
+    bitmap = split.query_load_result(task)
+    assert bitmap is not None and len(bitmap) == 1 and bitmap.count() == 0
+    assert l1.memory_used_bytes() == 0 and l1.num_objects() == 0

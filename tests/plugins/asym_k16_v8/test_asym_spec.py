@@ -9,6 +9,7 @@ from lmserde import (
     AsyncSerdeProcessor,
     SerdeConfig,
     SerdeSizeContract,
+    StoragePlacementMode,
     create_serde_processor,
     get_serde_size_contract,
     get_serde_spec,
@@ -24,6 +25,12 @@ def test_entry_points_declared() -> None:
     assert eps["asym_k16_v8_v_only"] == "lmserde_asym_k16_v8.spec:ASYM_K16_V8_V_ONLY_SPEC"
     assert get_serde_spec("asym_k16_v8") is ASYM_K16_V8_SPEC
     assert get_serde_spec("asym_k16_v8_v_only") is ASYM_K16_V8_V_ONLY_SPEC
+
+
+def test_the_v_only_serde_declares_split_tier_placement() -> None:
+    """``asym_k16_v8_v_only`` is split-tier because its spec says so (not because of its name)."""
+    assert ASYM_K16_V8_V_ONLY_SPEC.placement is StoragePlacementMode.KV_SPLIT_TIER
+    assert ASYM_K16_V8_SPEC.placement is StoragePlacementMode.KV_TOGETHER
 
 
 @pytest.mark.parametrize("name", TYPES)

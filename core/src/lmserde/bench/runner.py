@@ -59,7 +59,11 @@ from lmserde.bench.serde_selection import (
     validate_serde_config,
 )
 from lmserde.keys import ObjectKey
-from lmserde.l2.split.placement import StoragePlacementMode, placement_of_processor, split_slots
+from lmserde.l2.split.placement import (
+    StoragePlacementMode,
+    derive_storage_placement_mode,
+    split_slots,
+)
 from lmserde.memory import TensorMemoryObj
 from lmserde.registry import get_serde_spec
 
@@ -151,20 +155,22 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def _check_slots(processor: SerdeProcessor, form: ChunkForm) -> str | None:
-    """Why the wrapper cannot store whole chunks with this serde, or ``None``."""
+def _check_slots(processor: SerdeProcessor, form: ChunkForm, config: SerdeConfigValue
+                 ) -> str | None:
+    """Why the data path cannot store whole chunks with this serde, or ``None``."""
     if form is not ChunkForm.KV_GROUPS:
         return None
     mapping = processor.input_slot_mapping() or (0, 1)
-    if placement_of_processor(processor) is StoragePlacementMode.KV_SPLIT_TIER:
+    if derive_storage_placement_mode([config]) is StoragePlacementMode.KV_SPLIT_TIER:
         try:
             split_slots(processor, "")
         except ValueError as exc:
             return str(exc)
         return None  # split-tier: the data path keeps K in L1 and stores V
     if sorted(g for g in mapping if g is not None) != [0, 1]:
-        return (f"input slots {tuple(mapping)} do not cover both K and V: a split-tier serde "
-                "(the K group stays in L1), which the bench's whole-chunk data path cannot run")
+        return (f"input slots {tuple(mapping)} do not cover both K and V, and the serde does not "
+                "declare split-tier placement (KV_SPLIT_TIER): the whole-chunk data path cannot "
+                "run it")
     return None
 
 
@@ -198,7 +204,7 @@ def _run_serde(
         try:
             form = chunk_form(processor)
             result.chunk_form = form.value
-            why_not = _check_slots(processor, form)
+            why_not = _check_slots(processor, form, config)
             if why_not is not None:
                 result.status, result.error = STATUS_SKIPPED, why_not
                 return

@@ -149,10 +149,13 @@ def create_l2_adapter(
     compose) before the adapter is built. A ``serde`` needs ``l1_manager`` (its temporary buffers
     live there). An adapter factory that raises a ``BaseException`` other than ``Exception``
     gives a :class:`~lmserde.PluginLoadError` naming the adapter and its distribution. An
-    ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. A
-    split-tier serde (``*_v_only``, or a slot mapping that leaves K out) gives a
-    :class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` (K kept in ``l1_manager``, V stored through
-    the serde); its startup rules raise ``SplitTierConfigError`` here. Nothing is leaked when
+    ``UPPER_BOUND`` serde on an adapter that cannot report stored sizes is refused here. The
+    serde's declared placement (:attr:`~lmserde.SerdeSpec.placement`) alone chooses what wraps
+    the adapter: ``KV_TOGETHER`` a :class:`~lmserde.l2.serde.wrapper.SerdeL2AdapterWrapper`,
+    ``KV_SPLIT_TIER`` a :class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` (K kept in
+    ``l1_manager``, V stored through the serde). ``SplitTierConfigError`` is raised here when the
+    serde's slot mapping does not match its declaration, for a split-tier serde in a chain, and
+    for the split tier's other startup rules. Nothing is leaked when
     building fails. ``repair=False`` makes the serde wrapper leave refused objects in place (for
     tools that only inspect, like scrub).
     """
@@ -170,18 +173,24 @@ def create_l2_adapter(
     if resolved is None:
         return adapter
     from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
-    from lmserde.l2.split.placement import StoragePlacementMode, resolve_placement
+    from lmserde.l2.split.placement import (
+        StoragePlacementMode,
+        check_whole_object_slots,
+        declared_placement,
+    )
 
     processor: SerdeProcessor | None = None
     try:
+        placement = declared_placement(resolved)  # the one decider: the serde spec's declaration
         processor, serde_type, contract = build_resolved_serde(resolved)
         assert l1_manager is not None
-        if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
+        if placement is StoragePlacementMode.KV_SPLIT_TIER:
             from lmserde.l2.split.adapter import create_split_tier_adapter
 
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,
                                              repair=repair)
+        check_whole_object_slots(processor, serde_type)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
                                      repair=repair)

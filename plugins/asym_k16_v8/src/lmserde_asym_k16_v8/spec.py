@@ -2,7 +2,9 @@
 
 Both are ``UPPER_BOUND`` (the header allowance is larger than a real header), so they run only on
 L2 adapters that report stored object sizes (``fs``). ``max_workers`` defaults to 4: LMCache found
-a single worker caused a 20x p99 regression for these serdes.
+a single worker caused a 20x p99 regression for these serdes. ``asym_k16_v8_v_only`` declares
+split-tier placement (``StoragePlacementMode.KV_SPLIT_TIER``): an adapter configured with it keeps
+K in L1 and stores V alone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from lmserde import (
     SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
+    StoragePlacementMode,
     close_timeout_option,
     max_workers_option,
 )
@@ -158,4 +161,5 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
     consumes_hint=_KV_HINT,
     format_version=1,
     native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
+    placement=StoragePlacementMode.KV_SPLIT_TIER,  # K stays in L1; V alone goes to L2
 )

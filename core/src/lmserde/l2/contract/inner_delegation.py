@@ -15,8 +15,8 @@ from lmserde.layout import MemoryLayoutDesc
 if TYPE_CHECKING:
     from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 
-__all__ = ["InnerAdapterDelegation", "adapter_reports_sizes", "adapter_sizes_are_local",
-           "probe_adapter"]
+__all__ = ["InnerAdapterDelegation", "InnerBackendDelegation", "adapter_reports_sizes",
+           "adapter_sizes_are_local", "probe_adapter"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,14 +52,40 @@ def adapter_sizes_are_local(adapter: Any) -> bool:
     return probe_adapter(adapter, "object_sizes_are_local")
 
 
-class InnerAdapterDelegation:
-    """Mixin: lookup/lock/unlock (the inner adapter's own lookup fd included), sizes, deletion,
-    recency, usage, listing, listeners and identity go to ``_inner``.
+class InnerBackendDelegation:
+    """Mixin: what describes the storage behind an adapter goes to ``_inner`` — usage, whether
+    it reports (local) object sizes, global eviction and the backend identity.
 
-    Put it before ``L2AdapterInterface`` in the bases of a wrapping adapter.
+    For a wrapping adapter that maps keys or runs its own lookups (the split tier); one that
+    changes neither uses :class:`InnerAdapterDelegation`. Put it before ``L2AdapterInterface``
+    (and its subclasses) in the bases.
     """
 
     _inner: L2AdapterInterface
+
+    def reports_object_sizes(self) -> bool:
+        return adapter_reports_sizes(self._inner)
+
+    def object_sizes_are_local(self) -> bool:
+        return adapter_sizes_are_local(self._inner)
+
+    def get_usage(self) -> AdapterUsage:
+        return self._inner.get_usage()
+
+    def supports_global_eviction(self) -> bool:
+        return self._inner.supports_global_eviction()
+
+    def set_backend_identity(self, name: str, shared: bool = False) -> None:
+        self._inner.set_backend_identity(name, shared)
+
+
+class InnerAdapterDelegation(InnerBackendDelegation):
+    """Mixin: lookup/lock/unlock (the inner adapter's own lookup fd included), sizes, deletion,
+    recency, listing, listeners and, from :class:`InnerBackendDelegation`, usage and identity
+    go to ``_inner``.
+
+    Put it before ``L2AdapterInterface`` in the bases of a wrapping adapter.
+    """
 
     def get_lookup_and_lock_event_fd(self) -> int:
         return self._inner.get_lookup_and_lock_event_fd()
@@ -77,26 +103,14 @@ class InnerAdapterDelegation:
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         self._inner.submit_unlock(keys)
 
-    def reports_object_sizes(self) -> bool:
-        return adapter_reports_sizes(self._inner)
-
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         return self._inner.get_object_sizes(keys)
-
-    def object_sizes_are_local(self) -> bool:
-        return adapter_sizes_are_local(self._inner)
 
     def delete(self, keys: Sequence[ObjectKey]) -> None:
         self._inner.delete(keys)
 
     def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
         self._inner.touch_keys(keys)
-
-    def get_usage(self) -> AdapterUsage:
-        return self._inner.get_usage()
-
-    def supports_global_eviction(self) -> bool:
-        return self._inner.supports_global_eviction()
 
     def list_l2_keys(self, *args: Any, **kwargs: Any) -> Any:
         return self._inner.list_l2_keys(*args, **kwargs)
@@ -106,6 +120,3 @@ class InnerAdapterDelegation:
 
     def unregister_listener(self, listener: Any) -> None:
         self._inner.unregister_listener(listener)
-
-    def set_backend_identity(self, name: str, shared: bool = False) -> None:
-        self._inner.set_backend_identity(name, shared)

@@ -11,12 +11,14 @@ The wrapper coordinates; the data path lives in its own modules, one state machi
 The wrapper builds them from its serde and inner adapter, runs one poll thread that hands each of
 the four event fds (the serde's serialize and deserialize fds, the inner adapter's store and load
 fds) to its path, passes lookups and the rest through to the inner adapter, and reports status.
+The queues, the poll thread, the closed state and the status frame are those of every
+coordinating adapter (:class:`~lmserde.l2.contract.coordinating_adapter.CoordinatingAdapter`,
+the split tier's base too).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.l1.manager import L1Manager
+from lmserde.l2.contract.coordinating_adapter import CoordinatingAdapter
 from lmserde.l2.contract.head_last import adapter_writes_head_last
 from lmserde.l2.contract.inner_delegation import (
     InnerAdapterDelegation,
@@ -32,9 +35,7 @@ from lmserde.l2.contract.inner_delegation import (
     adapter_sizes_are_local,
 )
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
-from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
-from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
@@ -82,7 +83,7 @@ def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeC
         return SerdeSizeContract.UPPER_BOUND
 
 
-class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInterface):
+class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     """An L2 adapter that stores serialized bytes in ``inner`` and decodes them on load.
 
     ``serde`` is owned by the wrapper (closed with it); ``l1_manager`` provides the temporary
@@ -138,8 +139,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         frame: bool = True,
         repair: bool = True,
     ) -> None:
-        super().__init__(inner_adapter.max_capacity_bytes)
-        self._inner = inner_adapter
         self._serde = serde
         self._l1 = l1_manager
         self.serde_type = serde_type or serde.serde_type or type(serde).__name__
@@ -168,9 +167,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._metrics = WrapperMetrics()
         self._streaks = FailureStreaks()
         load_hook_plugins()  # here, not on the poll thread when the first event is emitted
-        self._lock = threading.Lock()
-        self._closed = False
-        self._queues = AdapterTaskQueues()
+        super().__init__(inner_adapter, "serde-l2-wrapper")  # opens the queues' fds
         shape = SerdeShape(serde, self.serde_type, self._framer)
         temporaries = Temporaries(l1_manager)
         self._shape = shape
@@ -195,12 +192,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
                                                                   reason, keys))
-        self._loop = PollLoop("serde-l2-wrapper")
-        self._loop.add_fd(serde.get_serialize_event_fd(), self._stores.drain_serialize)
-        self._loop.add_fd(inner_adapter.get_store_event_fd(), self._stores.drain_inner_store)
-        self._loop.add_fd(inner_adapter.get_load_event_fd(), self._loads.drain_inner_load)
-        self._loop.add_fd(serde.get_deserialize_event_fd(), self._loads.drain_deserialize)
-        self._loop.start()
+        self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
+                     inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
+                     inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
+                     serde.get_deserialize_event_fd(): self._loads.drain_deserialize})
 
     def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
         try:
@@ -215,21 +210,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     # -- accessors ------------------------------------------------------------------------------
 
     @property
-    def inner_adapter(self) -> L2AdapterInterface:
-        return self._inner
-
-    @property
     def serde(self) -> SerdeProcessor:
         return self._serde
 
     @property
     def l1_manager(self) -> L1Manager:
         return self._l1
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._closed
 
     @property
     def framed(self) -> bool:
@@ -249,10 +235,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         """The largest stored object of ``layout`` (frame included): what a load of it reserves
         in L1 for its temporary."""
         return self._shape.stored_bound(self._shape.payload_bound(layout))
-
-    @property
-    def adapter_type(self) -> str:  # type: ignore[override]
-        return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
 
     def metrics(self) -> dict[str, Any]:
         """The wrapper's own metrics (see :class:`~lmserde.l2.serde.metrics.WrapperMetrics`)."""
@@ -302,23 +284,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
 
     def report_status(self) -> dict[str, Any]:
         """The inner adapter's status plus the wrapper's; ``is_healthy`` also reflects failures."""
-        status = dict(self._inner.report_status())
-        status["serde_wrapped"] = True
-        status["serde_type"] = self.serde_type
-        status["serde_size_contract"] = self.size_contract.value
-        status["serde_framed"] = self._framer is not None
-        status["serde_replacing_stores"] = self._replacing_stores
-        status["serde_wrapper"] = self._metrics.snapshot()
-        status["serde_consecutive_failures"] = self._streaks.snapshot()
-        status["is_healthy"] = (bool(status.get("is_healthy", True)) and not self._closed
-                                and self._streaks.healthy())
-        return status
+        return self._status_over_inner({
+            "serde_wrapped": True, "serde_type": self.serde_type,
+            "serde_size_contract": self.size_contract.value,
+            "serde_framed": self._framer is not None,
+            "serde_replacing_stores": self._replacing_stores,
+            "serde_wrapper": self._metrics.snapshot(),
+            "serde_consecutive_failures": self._streaks.snapshot(),
+        }, healthy=self._streaks.healthy())
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("SerdeL2AdapterWrapper is closed")
 
     def close(self) -> None:
         """Stop the poll thread, close inner and serde, release every temporary, close the fds.
@@ -332,10 +307,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         temporaries it may still write are not returned to L1 (kept, never reused). Tasks still
         unfinished are completed as failures (stage ``closed``). Idempotent.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._begin_close():
+            return
         self._stores.stop_accepting()
         self._loads.stop_accepting()
         report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
@@ -371,9 +344,3 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         if report.hung:
             self._metrics.record_hung_at_close(report.hung)
         self._queues.close()
-
-    def __enter__(self) -> SerdeL2AdapterWrapper:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

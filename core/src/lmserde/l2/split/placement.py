@@ -1,9 +1,14 @@
 """Storage placement: whether K and V of an object are stored together or split across tiers.
 
-``KV_TOGETHER`` (every serde but the V-only ones): the serde writes one blob holding the whole
-object to L2. ``KV_SPLIT_TIER`` (``*_v_only`` serdes, and any serde whose input slot mapping
-names a single group, like ``(None, 1)``): K stays in L1 under its own child key, V is
-serialized to L2 under another; :class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` implements it.
+A serde declares its placement on its spec (:attr:`lmserde.SerdeSpec.placement`, a
+:class:`~lmserde.StoragePlacementMode`); :func:`declared_placement` reads it, and the adapter
+builder goes by that alone. ``KV_TOGETHER`` (the default): the serde writes one blob holding the
+whole object to L2. ``KV_SPLIT_TIER`` (``asym_k16_v8_v_only``, or any serde declaring it): K stays
+in L1 under its own child key, V is serialized to L2 under another;
+:class:`~lmserde.l2.split.adapter.SplitTierL2Adapter` implements it. The slot mappings are a
+startup check of the declaration, never a second decider: a split-tier serde must leave K out
+(:func:`split_slots`), a whole-object serde must cover every group it is given
+(:func:`check_whole_object_slots`); either mismatch is a :class:`SplitTierConfigError`.
 
 The child keys of a logical key (:func:`derive_component_key`) keep its model name, rank, object
 group and cache salt (so both halves are billed to the same tenant) and append a fixed marker to
@@ -14,42 +19,39 @@ tier stores each V half under a key that also names its store's generation
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmserde.base import SerdeConfig, SerdeProcessor
 from lmserde.keys import ObjectKey
 from lmserde.l2.split.generation import parse_v_child_key
+from lmserde.registry import get_registered_serde_types, get_serde_spec
+from lmserde.storage_placement import StoragePlacementMode
+
+if TYPE_CHECKING:
+    from lmserde.serde_build import ResolvedSerde
 
 __all__ = [
     "StoragePlacementMode",
     "SplitTierConfigError",
     "SplitSlots",
-    "SPLIT_TIER_TYPE_SUFFIX",
+    "declared_placement",
     "derive_storage_placement_mode",
-    "placement_of_processor",
-    "resolve_placement",
+    "check_whole_object_slots",
     "split_slots",
     "derive_component_key",
     "parse_component_key",
     "check_split_tier_specs",
 ]
 
-#: Serde types whose name ends with this are split-tier serdes (``asym_k16_v8_v_only``).
-SPLIT_TIER_TYPE_SUFFIX = "_v_only"
-
 #: Appended to a logical chunk hash to form a child key's hash (never valid alone: it starts with
 #: a NUL byte and names the component).
 _COMPONENT_MARKERS = {"k": b"\x00lmserde:split:k", "v": b"\x00lmserde:split:v"}
 
-
-class StoragePlacementMode(enum.Enum):
-    """Where the halves of a KV object go (see the module docstring)."""
-
-    KV_TOGETHER = "kv_together"
-    KV_SPLIT_TIER = "kv_split_tier"
+_SPLIT = StoragePlacementMode.KV_SPLIT_TIER
+#: How an error names the declaration a serde makes.
+_DECLARED = "placement=StoragePlacementMode.KV_SPLIT_TIER in its SerdeSpec"
 
 
 class SplitTierConfigError(ValueError):
@@ -80,48 +82,58 @@ def _config_serde(item: Any) -> Any:
 
 
 def derive_storage_placement_mode(configs: Iterable[Any]) -> StoragePlacementMode:
-    """``KV_SPLIT_TIER`` if any config names a ``*_v_only`` serde, else ``KV_TOGETHER``.
+    """``KV_SPLIT_TIER`` if any config names a serde whose spec declares it, else ``KV_TOGETHER``.
 
     Each item is an adapter config with a ``serde_config`` attribute, an adapter spec dict (its
-    ``serde`` key), a :class:`~lmserde.SerdeConfig`, a serde dict or a chain (list).
+    ``serde`` key), a :class:`~lmserde.SerdeConfig`, a serde dict or a chain (list). Each named
+    serde's spec is looked up (its plugin imported); a name that is no known serde type (an
+    adapter spec without ``serde`` reads as one, naming the adapter) declares nothing — building
+    such a config reports the unknown type.
     """
+    known = set(get_registered_serde_types())
     for item in configs:
-        if any(t.endswith(SPLIT_TIER_TYPE_SUFFIX) for t in _serde_types(_config_serde(item))):
-            return StoragePlacementMode.KV_SPLIT_TIER
+        names = [t for t in _serde_types(_config_serde(item)) if t in known]
+        if any(get_serde_spec(t).placement is _SPLIT for t in names):
+            return _SPLIT
     return StoragePlacementMode.KV_TOGETHER
 
 
-def placement_of_processor(processor: SerdeProcessor) -> StoragePlacementMode:
-    """``KV_SPLIT_TIER`` when the processor's input slot mapping has absent slots (``None``) and
-    its present slots all name one object group, so a (K, V) object is not covered — like
-    ``(None, 1)``. A mapping such as ``(0, None, 1)`` still covers both groups: ``KV_TOGETHER``.
+def declared_placement(resolved: ResolvedSerde | Sequence[ResolvedSerde]) -> StoragePlacementMode:
+    """The placement a resolved serde (or chain) declares on its spec; what the builder uses.
+
+    A chain holding a ``KV_SPLIT_TIER`` serde raises :class:`SplitTierConfigError` (its K half
+    stays in L1 and would skip the other stages).
+    """
+    if not isinstance(resolved, Sequence):
+        return resolved.spec.placement
+    split = [r.serde_type for r in resolved if r.spec.placement is _SPLIT]
+    if split:
+        names = ", ".join(r.serde_type for r in resolved)
+        raise SplitTierConfigError(
+            f"a split-tier serde ({', '.join(split)}) cannot be part of a chain ({names}): its K "
+            "half stays in L1 and would skip the other stages; configure it alone"
+        )
+    return StoragePlacementMode.KV_TOGETHER
+
+
+def check_whole_object_slots(processor: SerdeProcessor, serde_type: str) -> None:
+    """Startup check of a ``KV_TOGETHER`` serde: its slot mapping must not leave a group out.
+
+    A mapping whose present slots all name one group while others are absent (``(None, 1)``)
+    stores V alone: through the serde wrapper a load would hand back a K group nobody wrote.
+    Such a serde must declare ``KV_SPLIT_TIER``; :class:`SplitTierConfigError` says so. A
+    mapping like ``(0, None, 1)`` still covers both groups and passes.
     """
     mapping = processor.input_slot_mapping()
     if mapping is None or all(g is not None for g in mapping):
-        return StoragePlacementMode.KV_TOGETHER
+        return
     if len({g for g in mapping if g is not None}) == 1:
-        return StoragePlacementMode.KV_SPLIT_TIER
-    return StoragePlacementMode.KV_TOGETHER
-
-
-def resolve_placement(serde_config: Any, processor: SerdeProcessor) -> StoragePlacementMode:
-    """The placement an adapter with ``serde_config`` (built as ``processor``) runs in.
-
-    Split-tier when the config names a ``*_v_only`` serde or the processor leaves a slot absent;
-    a split-tier serde inside a chain raises :class:`SplitTierConfigError` (K would bypass the
-    other stages).
-    """
-    by_name = derive_storage_placement_mode([serde_config])
-    by_slots = placement_of_processor(processor)
-    if StoragePlacementMode.KV_SPLIT_TIER not in (by_name, by_slots):
-        return StoragePlacementMode.KV_TOGETHER
-    if isinstance(serde_config, (list, tuple)):
-        names = ", ".join(_serde_types(serde_config))
         raise SplitTierConfigError(
-            f"a split-tier serde cannot be part of a chain ({names}): its K half stays in L1 and "
-            "would skip the other stages; configure it alone"
+            f"serde '{serde_type}': its slot mapping {tuple(mapping)} leaves a group of the KV "
+            "object out (it stores V alone), but its spec declares placement KV_TOGETHER, so "
+            "the L2 tier would store half an object and load the other half as garbage. A serde "
+            f"that leaves K in L1 declares {_DECLARED} (the split tier)"
         )
-    return StoragePlacementMode.KV_SPLIT_TIER
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,8 @@ class SplitSlots:
 
 
 def split_slots(processor: SerdeProcessor, serde_type: str) -> SplitSlots:
-    """The K/V groups of a split-tier serde; :class:`SplitTierConfigError` if it is not one.
+    """The K/V groups of a serde that declares split-tier placement: the startup check of that
+    declaration (:class:`SplitTierConfigError` when its slot mappings do not leave K out).
 
     Rule: the serde has an input slot mapping with exactly one present slot naming parent group
     0 or 1 of a two-group (K, V) object, the other group being the one kept in L1, and its output
@@ -149,16 +162,17 @@ def split_slots(processor: SerdeProcessor, serde_type: str) -> SplitSlots:
     out = processor.output_slot_mapping()
     if mapping is None:
         raise SplitTierConfigError(
-            f"serde '{serde_type}' is configured for split-tier placement (its name ends with "
-            f"'{SPLIT_TIER_TYPE_SUFFIX}') but has no slot mapping; a split-tier serde is a multi "
-            "serde that leaves the L1-resident slot absent, like (None, 1)"
+            f"serde '{serde_type}' declares split-tier placement (KV_SPLIT_TIER in its SerdeSpec) "
+            "but has no slot mapping; a split-tier serde is a multi serde that leaves the "
+            "L1-resident slot absent, like (None, 1)"
         )
     mapping = tuple(mapping)
     present = [g for g in mapping if g is not None]
     if len(present) != 1 or present[0] not in (0, 1) or len(mapping) != 2:
         raise SplitTierConfigError(
-            f"serde '{serde_type}': split-tier placement needs a two-slot mapping with exactly "
-            f"one present slot naming group 0 or 1 of a (K, V) object, got {mapping}"
+            f"serde '{serde_type}' declares split-tier placement (KV_SPLIT_TIER in its "
+            "SerdeSpec), which needs a two-slot mapping with exactly one present slot naming "
+            f"group 0 or 1 of a (K, V) object (K left out, like (None, 1)); got {mapping}"
         )
     if out is None or tuple(out) != mapping:
         raise SplitTierConfigError(
@@ -201,7 +215,7 @@ def parse_component_key(key: ObjectKey) -> tuple[ObjectKey, str] | None:
 
 
 def _spec_is_split(spec: Mapping[str, Any]) -> bool:
-    if derive_storage_placement_mode([spec]) is StoragePlacementMode.KV_SPLIT_TIER:
+    if derive_storage_placement_mode([spec]) is _SPLIT:
         return True
     inner = spec.get("inner")
     return isinstance(inner, Mapping) and _spec_is_split(inner)
@@ -211,13 +225,14 @@ def check_split_tier_specs(specs: Sequence[Mapping[str, Any]]) -> None:
     """Startup rule for a host that builds several L2 adapters from specs: a split-tier adapter
     must be the only L2 adapter (its K halves live in the one L1 and its manifest names one L2).
 
-    Raises :class:`SplitTierConfigError` naming the offending adapters.
+    Raises :class:`SplitTierConfigError` naming the offending adapters; the serdes named are
+    looked up (:func:`derive_storage_placement_mode`).
     """
     split = [i for i, spec in enumerate(specs) if isinstance(spec, Mapping) and _spec_is_split(spec)]
     if split and len(specs) != 1:
         types = ", ".join(f"#{i} {specs[i].get('type')!r}" for i in split)
         raise SplitTierConfigError(
-            f"split-tier placement (a '*{SPLIT_TIER_TYPE_SUFFIX}' serde) needs exactly one L2 "
+            "split-tier placement (a serde declaring KV_SPLIT_TIER) needs exactly one L2 "
             f"adapter, but {len(specs)} are configured (split-tier: {types}); keep the split-tier "
             "adapter alone or use a serde that stores K and V together (e.g. asym_k16_v8)"
         )
