@@ -18,6 +18,8 @@ import math
 
 __all__ = ["MovingRatio"]
 
+_INF = math.inf
+
 
 class MovingRatio:
     """``sum(numerators) / sum(denominators)`` of the last ``size`` observations."""
@@ -37,17 +39,21 @@ class MovingRatio:
     def add(self, numerator: float, denominator: float) -> None:
         """Add one observation (both non-negative and finite; ``ValueError`` otherwise), evicting
         the oldest once the window is full."""
-        if not (0.0 <= numerator < math.inf and 0.0 <= denominator < math.inf):
+        if not (0.0 <= numerator < _INF and 0.0 <= denominator < _INF):
             raise ValueError(f"observation must be finite and >= 0, got {numerator!r} / "
                              f"{denominator!r}")
-        i = self._next
-        self._sum_num += numerator - self._num[i]
-        self._sum_den += denominator - self._den[i]
-        self._num[i], self._den[i] = float(numerator), float(denominator)
-        self._next = (i + 1) % len(self._num)
-        self._count = min(self._count + 1, len(self._num))
-        if self._next == 0:  # wrapped: drop the rounding of the running sums
-            self._sum_num, self._sum_den = math.fsum(self._num), math.fsum(self._den)
+        nums, dens, i = self._num, self._den, self._next
+        self._sum_num += numerator - nums[i]
+        self._sum_den += denominator - dens[i]
+        nums[i] = numerator
+        dens[i] = denominator
+        i += 1
+        if self._count < i:
+            self._count = i
+        if i == len(nums):  # wrapped: drop the rounding of the running sums
+            i = 0
+            self._sum_num, self._sum_den = math.fsum(nums), math.fsum(dens)
+        self._next = i
 
     @property
     def count(self) -> int:
