@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from lmserde.bench.breakeven import Tier, parse_bandwidth
 from lmserde.bench.policy_replay import describe_replay, replay_policy
 from lmserde.bench.quality import QualityMetrics, TensorError
