@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from lmserde.bench.breakeven import DEFAULT_TIERS, GB, Tier
 from lmserde.bench.data_path import BENCH_MODEL_NAME, DataPathError, reserve_l1_object
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
 from lmserde.bench.median_interval import MedianInterval, median_interval
@@ -30,7 +31,7 @@ from lmserde.l2 import create_l2_adapter, load_sync, store_sync
 from lmserde.memory import MemoryLayoutDesc
 
 __all__ = ["AdapterBandwidth", "measure_adapter_bandwidth", "adapter_bandwidth_steps",
-           "describe_adapter_bandwidth", "MIN_BANDWIDTH_ROUNDS"]
+           "describe_adapter_bandwidth", "recommendation_tiers", "MIN_BANDWIDTH_ROUNDS"]
 
 #: Least counted rounds (the interval needs samples: 4 chunks x 3 rounds = 12 per direction).
 MIN_BANDWIDTH_ROUNDS = 3
@@ -53,6 +54,18 @@ class AdapterBandwidth:
 
         return {"adapter": self.adapter, "object_bytes": self.object_bytes,
                 "store": direction(self.store), "load": direction(self.load)}
+
+
+def recommendation_tiers(given: Sequence[Tier] | None,
+                         bandwidth: AdapterBandwidth | None) -> list[Tier]:
+    """The tiers a run recommends for: the measured adapter's (at its load bandwidth), then the
+    ``given`` ones; without a measurement, the given tiers or the example ones."""
+    if bandwidth is None:
+        return list(given or DEFAULT_TIERS)
+    store = bandwidth.store.median / GB
+    measured = Tier(f"{bandwidth.adapter} adapter, measured", bandwidth.load.median / GB,
+                    f"load bandwidth measured on this adapter (store {store:.3g} GB/s)")
+    return [measured, *(given or ())]
 
 
 def adapter_bandwidth_steps(rounds: int, chunks: int) -> int:

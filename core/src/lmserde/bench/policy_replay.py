@@ -20,10 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from lmserde.adaptive import AutoPolicy, Candidate, PolicySettings
+from lmserde.bench.adapter_bandwidth import AdapterBandwidth
 from lmserde.bench.recommend import format_bandwidth, is_acceptable
 from lmserde.bench.report import SerdeResult
 
-__all__ = ["PolicyReplay", "replay_policy", "describe_replay", "REPLAY_OBJECTS"]
+__all__ = ["PolicyReplay", "replay_policy", "replay_policies", "policy_bandwidths",
+           "describe_replay", "REPLAY_OBJECTS"]
 
 #: Objects a replay decides.
 REPLAY_OBJECTS = 200
@@ -101,6 +103,26 @@ def replay_policy(
                                     sorted(policy.expected_seconds(raw).items(),
                                            key=lambda item: item[1])}
     return replay
+
+
+def policy_bandwidths(given_gbps: Sequence[float], measured: AdapterBandwidth | None,
+                      ) -> list[tuple[float, float, str]]:
+    """``(store GB/s, load GB/s, source)`` of each replay of a run: every ``--policy``
+    bandwidth, then the adapter's measured ones."""
+    runs = [(g, g, "given with --policy") for g in given_gbps]
+    if measured is not None:
+        runs.append((measured.store.median / 1e9, measured.load.median / 1e9,
+                     f"measured on the {measured.adapter} adapter"))
+    return runs
+
+
+def replay_policies(results: Sequence[SerdeResult], bandwidths: Sequence[tuple[float, float, str]],
+                    *, max_attn_error: float, max_output_error: float,
+                    lossless_only: bool) -> list[PolicyReplay]:
+    """:func:`replay_policy` at each of ``bandwidths`` (from :func:`policy_bandwidths`)."""
+    return [replay_policy(results, store, load, source=source, max_attn_error=max_attn_error,
+                          max_output_error=max_output_error, lossless_only=lossless_only)
+            for store, load, source in bandwidths]
 
 
 def _count(n: int, noun: str) -> str:

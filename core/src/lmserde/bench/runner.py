@@ -22,9 +22,10 @@ from lmserde.bench.adapter_bandwidth import (
     AdapterBandwidth,
     adapter_bandwidth_steps,
     measure_adapter_bandwidth,
+    recommendation_tiers,
 )
 from lmserde.bench.adapter_choice import DEFAULT_ADAPTER, complete_adapter_spec, validate_adapter_spec
-from lmserde.bench.breakeven import DEFAULT_TIERS, GB, Tier, break_even_bandwidth, load_seconds
+from lmserde.bench.breakeven import GB, Tier, break_even_bandwidth, load_seconds
 from lmserde.bench.chunk_objects import ChunkForm, chunk_form, make_object
 from lmserde.bench.chunk_source import ChunkSource
 from lmserde.bench.codec_timing import measure_codec
@@ -37,7 +38,7 @@ from lmserde.bench.frame_overhead import (
     measure_frame_overhead,
 )
 from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
-from lmserde.bench.policy_replay import PolicyReplay, replay_policy
+from lmserde.bench.policy_replay import policy_bandwidths, replay_policies
 from lmserde.bench.progress import NullProgress, Progress
 from lmserde.bench.quality import ChunkReference, QualityAccumulator
 from lmserde.bench.recommend import (
@@ -307,29 +308,6 @@ def _adapter_bandwidth(
         progress.end()
 
 
-def _tiers(opts: BenchOptions, bandwidth: AdapterBandwidth | None) -> list[Tier]:
-    """The tiers to recommend for: the measured adapter's, then any given with ``--tier``;
-    without a measurement, the given tiers or the example ones."""
-    given = list(opts.tiers) if opts.tiers is not None else []
-    if bandwidth is None:
-        return given or list(DEFAULT_TIERS)
-    store = bandwidth.store.median / GB
-    measured = Tier(f"{bandwidth.adapter} adapter, measured", bandwidth.load.median / GB,
-                    f"load bandwidth measured on this adapter (store {store:.3g} GB/s)")
-    return [measured, *given]
-
-
-def _replays(results: list[SerdeResult], opts: BenchOptions,
-             bandwidth: AdapterBandwidth | None) -> list[PolicyReplay]:
-    runs = [(g, g, "given with --policy") for g in opts.policy_gbps]
-    if bandwidth is not None:
-        runs.append((bandwidth.store.median / GB, bandwidth.load.median / GB,
-                     f"measured on the {bandwidth.adapter} adapter"))
-    return [replay_policy(results, store, load, source=source, max_attn_error=opts.max_attn_error,
-                          max_output_error=opts.max_output_error,
-                          lossless_only=opts.lossless_only) for store, load, source in runs]
-
-
 def _split_tier_note(result: SerdeResult) -> str:
     mib = 2.0**20
     return (f"{result.label}: split-tier placement — keeps {result.l1_bytes_per_chunk / mib:.2f} "
@@ -394,7 +372,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         "max_attn_error": opts.max_attn_error, "max_output_error": opts.max_output_error,
         "lossless_only": opts.lossless_only,
     }
-    tiers = _tiers(opts, bandwidth)
+    tiers = recommendation_tiers(opts.tiers, bandwidth)
     for r in results:
         if r.ok:
             r.tier_load_ms = {t.name: load_seconds(r.stored_bytes_per_chunk,
@@ -409,6 +387,9 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         results=results, recommendations=recommendations, notes=notes,
         elapsed_seconds=time.perf_counter() - started, frame=frame,
         adapter_bandwidth=None if bandwidth is None else bandwidth.to_json(),
-        policy=_replays(results, opts, bandwidth),
+        policy=replay_policies(results, policy_bandwidths(opts.policy_gbps, bandwidth),
+                               max_attn_error=opts.max_attn_error,
+                               max_output_error=opts.max_output_error,
+                               lossless_only=opts.lossless_only),
     )
 
