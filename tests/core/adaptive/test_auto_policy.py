@@ -276,3 +276,16 @@ def test_decide_and_observe_are_thread_safe() -> None:
     snap = policy.snapshot()
     assert snap["decisions"] == 4 * per_thread == sum(snap["choices"].values())
     assert snap["stores_observed"] == snap["loads_observed"] == 4 * per_thread
+
+
+@pytest.mark.parametrize("bad", [(-1, 1, 0.1, 0.1), (1, 1, float("nan"), 0.1),
+                                 (1, 1, 0.1, float("inf"))])
+def test_a_bad_observation_is_refused_and_records_nothing(bad: tuple[float, ...]) -> None:
+    policy = AutoPolicy([FP8.candidate], emit_events=False)
+    i = policy.decide()
+    for observe in (policy.observe_store, policy.observe_load):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            observe(i, *bad)
+    snap = policy.snapshot()
+    assert snap["stores_observed"] == snap["loads_observed"] == 0
+    assert snap["store_bytes_per_second"] is None
