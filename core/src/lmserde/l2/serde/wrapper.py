@@ -39,6 +39,7 @@ from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_wi
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
+from lmserde.l2.serde.read_configs import ConfigReader, ConfigReaders
 from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
@@ -50,7 +51,12 @@ from lmserde.memory import MemoryObj
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
-           "UNHEALTHY_AFTER_FAILURES"]
+           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde"]
+
+#: A ``read_also`` configuration as the wrapper receives it: its processor (owned by the wrapper
+#: once built), its serde type and its size contract (what
+#: :func:`lmserde.l2.build.build_resolved_serde` returns).
+ReadAlsoSerde = tuple[SerdeProcessor, str, SerdeSizeContract]
 
 _log = logging.getLogger(__name__)
 
@@ -119,6 +125,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     deleted. A key that misses without being refused (a decode that failed for a reason other
     than its bytes) is kept and not reported there.
 
+    ``read_also``: earlier serde configurations this wrapper also reads (stores always use
+    ``serde``): an object whose frame names one of them is decoded with that configuration's
+    processor and is a hit (counted in ``load_hits_read_also`` and ``read_also_hits`` by
+    configuration); an object of a configuration not listed stays a ``config`` miss, kept. They
+    need framing and an adapter that reports stored sizes (load temporaries hold the largest
+    bound of every configuration, narrowed to the stored object); ``ValueError`` otherwise, or
+    for a configuration listed twice or equal to ``serde``. Their processors are owned by the
+    wrapper and closed with it, under the same bound.
+
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
     ``serde_wrapper`` (the :class:`~lmserde.l2.serde.metrics.WrapperMetrics` snapshot, with
@@ -137,6 +152,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         size_contract: SerdeSizeContract | None = None,
         frame: bool = True,
         repair: bool = True,
+        read_also: Sequence[ReadAlsoSerde] = (),
     ) -> None:
         super().__init__(inner_adapter.max_capacity_bytes)
         self._inner = inner_adapter
@@ -153,14 +169,22 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = self._make_framer(serde) if frame else None
+        self._framer = self._make_framer(serde, self.serde_type) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
+        primary = ConfigReader(self.serde_type, serde, self._framer,
+                               SerdeShape(serde, self.serde_type, self._framer),
+                               # the deserializer hashes the payload while it decodes
+                               checksummed and _reports_payload_checksum(serde))
+        self._readers = ConfigReaders(
+            [primary, *self._read_also_readers(read_also, frame, reports_sizes)])
+        read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
-                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd()}
-        if len(watched_fds) != 4:
+                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
+                       *read_fds}
+        if len(watched_fds) != 4 + len(read_fds):
             raise ValueError(
-                "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
-                "must be four distinct file descriptors"
+                "the serde's serialize/deserialize fds, the inner adapter's store/load fds and "
+                "each read_also serde's deserialize fd must be distinct file descriptors"
             )
         # A framed tier heals on store: an object that does not verify, or that another config
         # or key wrote, is replaced by the next store of its key (not skipped as existing).
@@ -171,7 +195,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._lock = threading.Lock()
         self._closed = False
         self._queues = AdapterTaskQueues()
-        shape = SerdeShape(serde, self.serde_type, self._framer)
+        shape = primary.shape
         temporaries = Temporaries(l1_manager)
         self._shape = shape
         self._stores = StorePath(
@@ -182,16 +206,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
             streaks=self._streaks)
         self._loads = LoadPath(
-            serde=serde, serde_type=self.serde_type, inner=inner_adapter, framer=self._framer,
+            readers=self._readers, serde_type=self.serde_type, inner=inner_adapter,
             # the stored sizes narrow the temporaries (an upper-bound serde's objects vary in
             # length; an exact one reads objects other writers' options made shorter, e.g. an
             # older aesgcm frame version): asked inline when they are local (fs: a stat), on the
             # background worker when they may wait on the network (redis, s3)
             stored_sizes=(("inline" if adapter_sizes_are_local(inner_adapter) else "worker")
                           if reports_sizes else "none"),
-            # the serde's deserializer hashes the payload while it decodes (lmserde.frame_checksum)
-            serde_hashes_loads=checksummed and _reports_payload_checksum(serde),
-            repair=bool(repair), shape=shape, temporaries=temporaries, queues=self._queues,
+            repair=bool(repair), temporaries=temporaries, queues=self._queues,
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
                                                                   reason, keys))
@@ -200,17 +222,50 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._loop.add_fd(inner_adapter.get_store_event_fd(), self._stores.drain_inner_store)
         self._loop.add_fd(inner_adapter.get_load_event_fd(), self._loads.drain_inner_load)
         self._loop.add_fd(serde.get_deserialize_event_fd(), self._loads.drain_deserialize)
+        for fd in read_fds:
+            self._loop.add_fd(fd, self._loads.drain_deserialize)
         self._loop.start()
 
-    def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
+    @staticmethod
+    def _make_framer(serde: SerdeProcessor, serde_type: str) -> ObjectFramer:
         try:
             framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
         except BaseException as exc:
+            if must_propagate(exc):
+                raise
             raise ValueError(
-                f"serde '{self.serde_type}': cannot build the stored-object frame from its config: "
+                f"serde '{serde_type}': cannot build the stored-object frame from its config: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return framer
+
+    def _read_also_readers(self, read_also: Sequence[ReadAlsoSerde], frame: bool,
+                           reports_sizes: bool) -> list[ConfigReader]:
+        """One reader per ``read_also`` configuration (see the class docstring for the rules)."""
+        if not read_also:
+            return []
+        if not frame:
+            raise ValueError("'read_also' needs framed objects (the frame names the serde "
+                             "config that wrote each object): remove 'serde_frame: false'")
+        if not reports_sizes:
+            raise ValueError(
+                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
+                f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
+                "the object whichever config wrote it")
+        readers: list[ConfigReader] = []
+        labels = {self.serde_type}
+        for processor, serde_type, _contract in read_also:  # any contract: sizes narrow loads
+            framer = self._make_framer(processor, serde_type)
+            label = serde_type if serde_type not in labels else f"{serde_type}@{framer.config_id:016x}"
+            labels.add(label)
+            readers.append(ConfigReader(
+                label, processor, framer, SerdeShape(processor, serde_type, framer),
+                framer.checksum and _reports_payload_checksum(processor)))
+        if self._framer is not None and any(r.config_id == self._framer.config_id
+                                            for r in readers):
+            raise ValueError(f"'read_also' lists the current serde config ('{self.serde_type}'): "
+                             "list only earlier configs")
+        return readers
 
     # -- accessors ------------------------------------------------------------------------------
 
@@ -246,9 +301,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         return self._shape.payload_bound(layout)
 
     def stored_bound(self, layout: MemoryLayoutDesc) -> int:
-        """The largest stored object of ``layout`` (frame included): what a load of it reserves
-        in L1 for its temporary."""
-        return self._shape.stored_bound(self._shape.payload_bound(layout))
+        """The largest stored object of ``layout`` (frame included) of any configuration this
+        wrapper reads: what a load of it reserves in L1 for its temporary."""
+        return self._shape.stored_bound(self._readers.load_bound(layout))
+
+    @property
+    def read_configs(self) -> ConfigReaders:
+        """The serde configurations loads decode: this wrapper's own first, then ``read_also``."""
+        return self._readers
 
     @property
     def adapter_type(self) -> str:  # type: ignore[override]
@@ -307,6 +367,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         status["serde_type"] = self.serde_type
         status["serde_size_contract"] = self.size_contract.value
         status["serde_framed"] = self._framer is not None
+        status["serde_read_also"] = self._readers.labels[1:]
         status["serde_replacing_stores"] = self._replacing_stores
         status["serde_wrapper"] = self._metrics.snapshot()
         status["serde_consecutive_failures"] = self._streaks.snapshot()
@@ -338,11 +399,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             self._closed = True
         self._stores.stop_accepting()
         self._loads.stop_accepting()
-        report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
+        report = close_within(self._loop, self._inner, self._serde, self.adapter_type,
+                              read_serdes=[r.serde for r in list(self._readers)[1:]])
         unfinished: list[UnfinishedTask] = []
-        for name, path in (("store path", self._stores), ("load path", self._loads)):
-            taken = path.take_unfinished(report.serde_task_ids, report.inner_hung,
-                                         max(report.left(), 0.05))
+        hung_loads = {0: report.serde_task_ids, **{
+            index: ids for index, ids in enumerate(report.read_serde_task_ids, start=1)}}
+        paths: tuple[tuple[str, Any, Any], ...] = (
+            ("store path", self._stores, report.serde_task_ids),
+            ("load path", self._loads, hung_loads))
+        for name, path, hung_ids in paths:
+            taken = path.take_unfinished(hung_ids, report.inner_hung, max(report.left(), 0.05))
             if taken is None:
                 what = (f"a caller's submit_{name.split()[0]}_task is stuck in the serde's or the "
                         "inner adapter's submit; its tasks were left unfinished")
