@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for, open_fds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey
 from lmserde.cli.main import main
 from lmserde.l1 import L1Manager
@@ -160,9 +163,8 @@ def test_an_interrupted_migration_continues_when_run_again(tmp_path: Path,
     def stop(_n: int) -> None:
         raise Interrupted
 
-    with _open(tmp_path, cache.l1, FP8_ZSTD, read_also=[FP8]) as wrapper:
-        with pytest.raises(Interrupted):
-            migrate_adapter(wrapper, keys=keys, batch=3, on_progress=stop)
+    with _open(tmp_path, cache.l1, FP8_ZSTD, read_also=[FP8]) as wrapper, pytest.raises(Interrupted):
+        migrate_adapter(wrapper, keys=keys, batch=3, on_progress=stop)
     moved = [k for k in keys if _stored_config(tmp_path, k) == new_id]
     assert moved == keys[:3]  # the first batch is complete, the rest untouched
     hits, _, metrics = _load(tmp_path, cache, FP8_ZSTD, keys, read_also=[FP8])
@@ -257,7 +259,7 @@ def test_read_also_processors_close_with_the_wrapper(tmp_path: Path, cache: Cach
     hits, _ = cache.load(wrapper, keys, KV)
     assert hits.to_list() == [True, True]
     wrapper.close()
-    assert all(getattr(r, "closed") is True for r in readers)
+    assert all(r.closed is True for r in readers)
     assert open_fds() == before
 
 
@@ -279,3 +281,39 @@ def test_read_also_hits_are_exported_to_prometheus(tmp_path: Path, cache: Cache)
 
         assert value("fp8") == 3.0
         assert value("identity") == 0.0  # listed, no hit yet: the series exists
+
+
+LOSSLESS: list[Any] = [IDENTITY, {"type": "t_crc"}, {"type": "t_zlib"},
+                       [{"type": "t_zlib"}, {"type": "t_crc"}]]
+SMALL = MemoryLayoutDesc([[4, 2, 64]], [torch.bfloat16])
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writers=st.lists(st.integers(0, len(LOSSLESS) - 1), min_size=1, max_size=6),
+       primary=st.integers(0, len(LOSSLESS) - 1),
+       listed=st.sets(st.integers(0, len(LOSSLESS) - 1)))
+def test_a_key_hits_exactly_when_its_writer_is_read(l1: L1Manager, writers: list[int],
+                                                    primary: int, listed: set[int]) -> None:
+    """Whatever mix of lossless configs wrote the tier: a key hits, bit-exact, exactly when the
+    config that wrote it is the serde or in read_also; every other object stays on disk."""
+    cache = Cache(l1)
+    listed.discard(primary)
+    keys = [key_of(i, salt="t") for i in range(len(writers))]
+    originals = objects_for(SMALL, len(keys), seed=len(writers))
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        for key, original, writer in zip(keys, originals, writers):
+            with _open(base, l1, LOSSLESS[writer]) as wrapper:
+                assert cache.store(wrapper, [key], [original]).is_successful()
+        with _open(base, l1, LOSSLESS[primary],
+                   read_also=[LOSSLESS[i] for i in sorted(listed)]) as wrapper:
+            hits, data = cache.load(wrapper, keys, SMALL)
+            metrics = wrapper.metrics()
+        readable = {primary} | listed
+        assert hits.to_list() == [w in readable for w in writers]
+        for hit, got, original in zip(hits.to_list(), data, originals):
+            assert not hit or torch.equal(got, layout_bytes(original))
+        assert metrics["load_hits_read_also"] == sum(w in listed for w in writers)
+        assert metrics["repaired"] == 0
+        assert all((base / key_file_name(k)).exists() for k in keys)

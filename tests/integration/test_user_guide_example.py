@@ -31,3 +31,16 @@ def test_store_drop_load_example_runs(tmp_path: Path) -> None:
 def test_the_extractor_finds_only_marked_blocks() -> None:
     with pytest.raises(LookupError, match="no example 'nope'"):
         doc_example("docs/user-guide.md", "nope")
+
+
+def test_change_serde_example_runs(tmp_path: Path) -> None:
+    pytest.importorskip("lmserde_fp8", reason="the example uses the fp8 plugin")
+    pytest.importorskip("lmserde_zstd", reason="the example uses the zstd plugin")
+    script = tmp_path / "example.py"
+    script.write_text(doc_example("docs/user-guide.md", "change-serde"))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["read_also hits: 4", "migrated: 4 failed: 0",
+                                          "hits without read_also: 4"]
+    assert "Warning" not in result.stderr, result.stderr

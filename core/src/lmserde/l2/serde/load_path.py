@@ -8,8 +8,9 @@ and ``s3``: ``submit`` never waits on the network). When the inner load's event 
 payload checksum while the serde decodes) and hands the passing payloads to the serde of the
 configuration that wrote each (:mod:`~lmserde.l2.serde.read_configs`: the wrapper's own, or one of
 its ``read_also`` configurations); when the deserialize events fire,
-:meth:`LoadPath.drain_deserialize` confirms the checksums and completes the task. Results are per key: a key whose object is refused is a miss counted by reason,
-deleted from the inner adapter only when the refusal proves damage
+:meth:`LoadPath.drain_deserialize` confirms the checksums and completes the task. Results are
+per key: a key whose object is refused is a miss counted by reason, deleted from the inner
+adapter only when the refusal proves damage
 (:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`); an object another reader wrote stays.
 Every failure releases every temporary.
 

@@ -16,9 +16,9 @@ the same class: one :class:`ConfigReader` per candidate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
@@ -27,10 +27,21 @@ from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.stored_frame import FrameRejected, ObjectFramer, stored_config_fingerprint
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, TensorMemoryObj
+from lmserde.spec import SerdeSizeContract
 
-__all__ = ["ConfigReader", "ConfigReaders", "OpenedPayload"]
+__all__ = ["ConfigReader", "ConfigReaders", "OpenedPayload", "ReadAlsoSerde", "config_reader",
+           "framer_for", "read_also_readers"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
+
+#: How many (reader, layout) pairs without a bound are remembered, so each is logged once.
+_WARNED_LIMIT = 256
+
+#: A ``read_also`` configuration as a wrapper receives it: its processor (owned by the wrapper
+#: once built), its serde type and its size contract (what
+#: :func:`lmserde.l2.build.build_resolved_serde` returns; any contract reads, since the stored
+#: size narrows every load).
+ReadAlsoSerde = tuple[SerdeProcessor, str, SerdeSizeContract]
 
 #: What :meth:`ConfigReaders.open_deferred` returns: the reader's index, the payload view and
 #: the payload checksum's ``confirm()`` (see :meth:`ObjectFramer.open_deferred`).
@@ -84,6 +95,7 @@ class ConfigReaders:
                                  f"the same configuration as '{readers[other].label}')")
         self._readers = readers
         self._by_config = by_config
+        self._warned: set[tuple[int, MemoryLayoutDesc]] = set()  # (reader, layout) without bound
 
     @property
     def primary(self) -> ConfigReader:
@@ -120,9 +132,21 @@ class ConfigReaders:
             except BaseException as exc:
                 if must_propagate(exc):
                     raise
-                _log.warning("serde wrapper: read_also config '%s' has no bound for %s: %s",
-                             reader.label, layout, describe_exception(exc))
+                self._warn_unbounded(reader, layout, exc)
         return bound
+
+    def _warn_unbounded(self, reader: ConfigReader, layout: MemoryLayoutDesc,
+                        exc: BaseException) -> None:
+        """Log once per reader and layout (a bounded memory of them) that it has no bound."""
+        seen = (id(reader), layout)
+        if seen in self._warned:
+            return
+        if len(self._warned) >= _WARNED_LIMIT:
+            self._warned.clear()
+        self._warned.add(seen)
+        _log.warning("serde wrapper: read_also config '%s' has no bound for %s (its objects of "
+                     "this layout are refused as 'config'): %s", reader.label, layout,
+                     describe_exception(exc))
 
     def open_deferred(self, buffer: MemoryObj, key: ObjectKey,
                       layout: MemoryLayoutDesc | None) -> OpenedPayload:
@@ -173,3 +197,63 @@ class ConfigReaders:
         """What reader ``index`` deserializes into for the L1 object ``obj`` (its group slot
         views for a multi-output serde); ``ValueError`` when its slots do not fit ``obj``."""
         return self._readers[index].shape.deserialize_item(obj, layout)
+
+
+def _reports_payload_checksum(serde: SerdeProcessor) -> bool:
+    """``serde.reports_payload_checksum()``, ``False`` when that raises (a plugin's processor)."""
+    try:
+        return serde.reports_payload_checksum() is True
+    except BaseException as exc:
+        if must_propagate(exc):
+            raise
+        _log.warning("serde wrapper: reports_payload_checksum raised: %s", describe_exception(exc))
+        return False
+
+
+def framer_for(serde: SerdeProcessor, serde_type: str) -> ObjectFramer:
+    """The frame codec of ``serde``'s configuration (its ``get_config()`` fingerprint; a payload
+    checksum unless the serde authenticates its output); ``ValueError`` when the processor's
+    config cannot be had (whatever it raised, contained)."""
+    try:
+        return ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
+    except BaseException as exc:
+        if must_propagate(exc):
+            raise
+        raise ValueError(
+            f"serde '{serde_type}': cannot build the stored-object frame from its config: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def config_reader(serde: SerdeProcessor, serde_type: str, framer: ObjectFramer | None,
+                  label: str | None = None) -> ConfigReader:
+    """The reader of ``serde`` framed by ``framer`` (``None``: unframed); its deserializer hashes
+    the payload while it decodes when the frame has a checksum and the serde reports it can."""
+    return ConfigReader(label or serde_type, serde, framer, SerdeShape(serde, serde_type, framer),
+                        framer is not None and framer.checksum
+                        and _reports_payload_checksum(serde))
+
+
+def read_also_readers(read_also: Sequence[ReadAlsoSerde],
+                      primary: ConfigReader) -> list[ConfigReader]:
+    """One reader per ``read_also`` configuration, beside ``primary`` (the wrapper's own).
+
+    ``ValueError`` when ``primary`` does not frame (an unframed object names no configuration),
+    or a configuration is ``primary``'s own. A label repeated (two ``fp8`` configs with other
+    options) is told apart by its fingerprint: ``fp8@<16 hex digits>``."""
+    if not read_also:
+        return []
+    if primary.framer is None:
+        raise ValueError("'read_also' needs framed objects (the frame names the serde config "
+                         "that wrote each object): remove 'serde_frame: false'")
+    readers: list[ConfigReader] = []
+    labels = {primary.label}
+    for processor, serde_type, _contract in read_also:
+        framer = framer_for(processor, serde_type)
+        if framer.config_id == primary.config_id:
+            raise ValueError(f"'read_also' lists the current serde config ('{primary.label}'): "
+                             "list only earlier configs")
+        label = serde_type if serde_type not in labels else f"{serde_type}@{framer.config_id:016x}"
+        labels.add(label)
+        readers.append(config_reader(processor, serde_type, framer, label))
+    return readers

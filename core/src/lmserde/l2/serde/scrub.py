@@ -68,9 +68,10 @@ _log = logging.getLogger(__name__)
 #: serde authenticates it, e.g. aesgcm frame v2, so only a decode checks the payload's bytes),
 #: ``undecoded`` (frame fine, but its layout is stored as a digest: neither the layout check nor
 #: a decode is possible offline), ``read_also`` (frame fine, written by one of the wrapper's
-#: ``read_also`` configurations: readable, not yet migrated) or ``unverified`` (not examined: the adapter could not say its
-#: size, or the decode failed for a reason other than the bytes, e.g. a key service that cannot
-#: be reached, or it needs more L1 than there is; not damage, never deleted).
+#: ``read_also`` configurations: readable, not yet migrated) or ``unverified`` (not examined:
+#: the adapter could not say its size, or the decode failed for a reason other than the bytes,
+#: e.g. a key service that cannot be reached, or it needs more L1 than there is; not damage,
+#: never deleted).
 Verdict = str
 #: Verdicts that are not damage.
 _NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified", "read_also"})

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmserde.base import SerdeProcessor
-from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.l1.manager import L1Manager
@@ -39,8 +38,13 @@ from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_wi
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.read_configs import ConfigReader, ConfigReaders
-from lmserde.l2.serde.serde_shape import SerdeShape
+from lmserde.l2.serde.read_configs import (
+    ConfigReaders,
+    ReadAlsoSerde,
+    config_reader,
+    framer_for,
+    read_also_readers,
+)
 from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
@@ -53,28 +57,12 @@ from lmserde.spec import SerdeSizeContract
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
            "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde"]
 
-#: A ``read_also`` configuration as the wrapper receives it: its processor (owned by the wrapper
-#: once built), its serde type and its size contract (what
-#: :func:`lmserde.l2.build.build_resolved_serde` returns).
-ReadAlsoSerde = tuple[SerdeProcessor, str, SerdeSizeContract]
-
 _log = logging.getLogger(__name__)
 
 UPPER_BOUND_PAIRING_ERROR = (
     "Upper-bound serde output requires the filesystem adapter's actual-used-length load "
     "contract; unsupported pairing(s): "
 )
-
-
-def _reports_payload_checksum(serde: SerdeProcessor) -> bool:
-    """``serde.reports_payload_checksum()``, ``False`` when that raises (a plugin's processor)."""
-    try:
-        return serde.reports_payload_checksum() is True
-    except BaseException as exc:
-        if must_propagate(exc):
-            raise
-        _log.warning("serde wrapper: reports_payload_checksum raised: %s", describe_exception(exc))
-        return False
 
 
 def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
@@ -169,22 +157,24 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = self._make_framer(serde, self.serde_type) if frame else None
+        self._framer = framer_for(serde, self.serde_type) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
-        primary = ConfigReader(self.serde_type, serde, self._framer,
-                               SerdeShape(serde, self.serde_type, self._framer),
-                               # the deserializer hashes the payload while it decodes
-                               checksummed and _reports_payload_checksum(serde))
-        self._readers = ConfigReaders(
-            [primary, *self._read_also_readers(read_also, frame, reports_sizes)])
+        primary = config_reader(serde, self.serde_type, self._framer)
+        if read_also and not reports_sizes:
+            raise ValueError(
+                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
+                f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
+                "the object whichever config wrote it")
+        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary)])
         read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
                        inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
                        *read_fds}
         if len(watched_fds) != 4 + len(read_fds):
             raise ValueError(
-                "the serde's serialize/deserialize fds, the inner adapter's store/load fds and "
-                "each read_also serde's deserialize fd must be distinct file descriptors"
+                "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
+                "must be four distinct file descriptors"
+                + (", and each read_also serde's deserialize fd another one" if read_fds else "")
             )
         # A framed tier heals on store: an object that does not verify, or that another config
         # or key wrote, is replaced by the next store of its key (not skipped as existing).
@@ -225,47 +215,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         for fd in read_fds:
             self._loop.add_fd(fd, self._loads.drain_deserialize)
         self._loop.start()
-
-    @staticmethod
-    def _make_framer(serde: SerdeProcessor, serde_type: str) -> ObjectFramer:
-        try:
-            framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
-        except BaseException as exc:
-            if must_propagate(exc):
-                raise
-            raise ValueError(
-                f"serde '{serde_type}': cannot build the stored-object frame from its config: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return framer
-
-    def _read_also_readers(self, read_also: Sequence[ReadAlsoSerde], frame: bool,
-                           reports_sizes: bool) -> list[ConfigReader]:
-        """One reader per ``read_also`` configuration (see the class docstring for the rules)."""
-        if not read_also:
-            return []
-        if not frame:
-            raise ValueError("'read_also' needs framed objects (the frame names the serde "
-                             "config that wrote each object): remove 'serde_frame: false'")
-        if not reports_sizes:
-            raise ValueError(
-                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
-                f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
-                "the object whichever config wrote it")
-        readers: list[ConfigReader] = []
-        labels = {self.serde_type}
-        for processor, serde_type, _contract in read_also:  # any contract: sizes narrow loads
-            framer = self._make_framer(processor, serde_type)
-            label = serde_type if serde_type not in labels else f"{serde_type}@{framer.config_id:016x}"
-            labels.add(label)
-            readers.append(ConfigReader(
-                label, processor, framer, SerdeShape(processor, serde_type, framer),
-                framer.checksum and _reports_payload_checksum(processor)))
-        if self._framer is not None and any(r.config_id == self._framer.config_id
-                                            for r in readers):
-            raise ValueError(f"'read_also' lists the current serde config ('{self.serde_type}'): "
-                             "list only earlier configs")
-        return readers
 
     # -- accessors ------------------------------------------------------------------------------
 
