@@ -13,8 +13,9 @@ import torch
 from datapath_driver import Cache, key_of, layout_bytes, objects_for, open_fds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lmserde import MemoryLayoutDesc, ObjectKey
+from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, ObjectKey
 from lmserde.cli.main import main
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
     FRAME_HEADER_BYTES,
@@ -25,6 +26,8 @@ from lmserde.l2 import (
 )
 from lmserde.l2.serde.migrate import migrate_adapter
 from lmserde.l2.serde.stored_frame import parse_header
+from lmserde.spec import SerdeSizeContract
+from toy_serdes import OutageDeserializer, make_processor
 
 pytest.importorskip("lmserde_fp8", reason="these tests switch a tier from fp8")
 pytest.importorskip("lmserde_zstd", reason="these tests switch a tier to fp8 + zstd")
@@ -317,3 +320,47 @@ def test_a_key_hits_exactly_when_its_writer_is_read(l1: L1Manager, writers: list
         assert metrics["load_hits_read_also"] == sum(w in listed for w in writers)
         assert metrics["repaired"] == 0
         assert all((base / key_file_name(k)).exists() for k in keys)
+
+
+def _fs(base: Path, l1: L1Manager) -> Any:
+    return create_l2_adapter({"type": "fs", "base_path": str(base)}, l1)
+
+
+def test_a_read_also_serde_that_raises_is_contained(tmp_path: Path, l1: L1Manager,
+                                                    cache: Cache) -> None:
+    """The read_also config's deserializer raises SystemExit: a miss, kept, nothing crashes;
+    once it decodes again the same objects hit."""
+    keys = _keys(3)
+    writer = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1,
+                                 serde_type="t_outage")
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), writer, l1) as wrapper:
+        assert cache.store(wrapper, keys, objects_for(SMALL, 3)).is_successful()
+    outage = OutageDeserializer()
+    outage.down, outage.error = True, SystemExit(3)
+    reader = AsyncSerdeProcessor(IdentitySerializer(), outage, 1, serde_type="t_outage")
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), make_processor("t_crc"), l1,
+                               read_also=[(reader, "t_outage", SerdeSizeContract.EXACT)]
+                               ) as wrapper:
+        hits, _ = cache.load(wrapper, keys, SMALL)
+        assert hits.to_list() == [False] * 3
+        metrics = wrapper.metrics()
+        assert metrics["failures"].get("deserialize") == 3 and metrics["repaired"] == 0
+        assert all((tmp_path / key_file_name(k)).exists() for k in keys)
+        outage.down = False
+        hits, data = cache.load(wrapper, keys, SMALL)
+        assert hits.to_list() == [True] * 3
+        assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data, objects_for(SMALL, 3)))
+
+
+def test_a_multi_output_read_also_config_fills_the_object_its_own_way(
+        tmp_path: Path, cache: Cache) -> None:
+    """t_kv3 maps its slots onto the object's groups; the tier now writes t_crc."""
+    two_groups = MemoryLayoutDesc([[4, 64], [4, 64]], [torch.bfloat16, torch.bfloat16])
+    keys = _keys(2)
+    originals = objects_for(two_groups, 2)
+    with _open(tmp_path, cache.l1, {"type": "t_kv3"}) as wrapper:
+        assert cache.store(wrapper, keys, originals).is_successful()
+    with _open(tmp_path, cache.l1, {"type": "t_crc"}, read_also=[{"type": "t_kv3"}]) as wrapper:
+        hits, data = cache.load(wrapper, keys, two_groups)
+    assert hits.to_list() == [True, True]
+    assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data, originals))
