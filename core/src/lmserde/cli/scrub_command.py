@@ -25,7 +25,7 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +107,7 @@ def _build(spec: Any, l1: L1Manager) -> SerdeL2AdapterWrapper:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: int, label: str = "scrubbing") -> Iterator[Any]:
+def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
     if not enabled:
         yield None
         return
@@ -194,20 +194,30 @@ def _print_migrate_report(report: MigrateReport, as_json: bool) -> None:
               "removes them")
 
 
-def _run_migrate(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, limit: int) -> int:
-    from lmserde.l2.serde.migrate import migrate_adapter
-
+def _walk(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, label: str,
+          walk: Callable[[list[Any], Any], Any]) -> Any:
+    """``walk(keys, advance)`` over the wrapper's keys, with a progress bar on a terminal (from
+    ``_PROGRESS_FROM`` keys); closes the wrapper. Its report, or ``None`` once a usage error
+    was printed."""
     try:
         keys = list(wrapper.list_l2_keys())
         show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
-        with _progress(show, len(keys), "migrating") as advance:
-            report = migrate_adapter(wrapper, keys=keys, batch=args.batch, on_progress=advance,
-                                     max_object_bytes=limit)
+        with _progress(show, len(keys), label) as advance:
+            return walk(keys, advance)
     except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return None
     finally:
         wrapper.close()
+
+
+def _run_migrate(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, limit: int) -> int:
+    from lmserde.l2.serde.migrate import migrate_adapter
+
+    report = _walk(args, wrapper, "migrating", lambda keys, advance: migrate_adapter(
+        wrapper, keys=keys, batch=args.batch, on_progress=advance, max_object_bytes=limit))
+    if report is None:
+        return EXIT_USAGE
     _print_migrate_report(report, args.json)
     if report.damaged:
         return EXIT_DAMAGE
@@ -232,18 +242,12 @@ def run(args: argparse.Namespace) -> int:
     limit = DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None else args.max_object_bytes
     if args.migrate:
         return _run_migrate(args, wrapper, limit)
-    try:
-        keys = list(wrapper.list_l2_keys())
-        show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
-        with _progress(show, len(keys)) as advance:
-            report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   delete_foreign=args.delete_foreign, batch=args.batch,
-                                   on_progress=advance, max_object_bytes=limit)
-    except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
-        print(f"lmserde scrub: {exc}", file=sys.stderr)
+    report = _walk(args, wrapper, "scrubbing", lambda keys, advance: scrub_adapter(
+        wrapper, keys=keys, decode=args.decode, delete=args.delete,
+        delete_foreign=args.delete_foreign, batch=args.batch, on_progress=advance,
+        max_object_bytes=limit))
+    if report is None:
         return EXIT_USAGE
-    finally:
-        wrapper.close()
     _print_report(report, args.json)
     if report.found_damage:
         return EXIT_DAMAGE

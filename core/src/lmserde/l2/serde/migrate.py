@@ -37,10 +37,10 @@ from lmserde.l2.serde.scrub import (
     DEFAULT_MAX_OBJECT_BYTES,
     NOT_MINE,
     check_frame,
+    check_walk,
     groups_within_l1,
     key_dict,
 )
-from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import TensorMemoryObj
@@ -115,19 +115,10 @@ def migrate_adapter(
     ``n`` keys is done; what it raises stops the migration after that batch (a rerun goes on
     from there). Objects over ``max_object_bytes`` are not read (scrub's ``length``).
     """
-    if wrapper.framer is None:
-        raise ValueError("migrating needs framed objects: this adapter stores raw serde bytes "
-                         "(serde_frame is false), which do not say which config wrote them")
+    check_walk(wrapper, "migrate", batch=batch, max_object_bytes=max_object_bytes)
     if len(wrapper.read_configs) < 2:
         raise ValueError("nothing to migrate from: the spec has no 'read_also' naming the serde "
                          "configs whose objects should be rewritten")
-    if not wrapper.inner_adapter.reports_object_sizes():
-        raise ValueError("migrating needs an adapter that reports stored object sizes")
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if max_object_bytes < FRAME_HEADER_BYTES:
-        raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
-                         f"got {max_object_bytes}")
     report = MigrateReport()
     listed = list(wrapper.list_l2_keys() if keys is None else keys)
     for start in range(0, len(listed), batch):

@@ -55,7 +55,7 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 
 __all__ = ["DEFAULT_MAX_OBJECT_BYTES", "NOT_MINE", "ScrubReport", "scrub_adapter", "check_frame",
-           "groups_within_l1", "key_dict"]
+           "groups_within_l1", "key_dict", "check_walk"]
 
 #: Objects above this size are reported as ``length`` damage without being read (4 GiB: a
 #: Llama-3-405B chunk of 2,048 tokens in bf16 is 1 GiB).
@@ -269,6 +269,23 @@ def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, 
     return [verdicts[key] for key, _ in items]
 
 
+def check_walk(wrapper: SerdeL2AdapterWrapper, tool: str, *, batch: int,
+               max_object_bytes: int) -> None:
+    """``ValueError`` unless ``tool`` (scrub, migrate) can walk ``wrapper``'s objects: framed
+    objects, an adapter that reports their sizes, ``batch >= 1`` and a ``max_object_bytes`` that
+    holds at least a frame header."""
+    if wrapper.framer is None:
+        raise ValueError(f"{tool} needs framed objects: this adapter stores raw serde bytes "
+                         "(serde_frame is false), which carry nothing to verify")
+    if not wrapper.inner_adapter.reports_object_sizes():
+        raise ValueError(f"{tool} needs an adapter that reports stored object sizes")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if max_object_bytes < FRAME_HEADER_BYTES:
+        raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
+                         f"got {max_object_bytes}")
+
+
 def scrub_adapter(
     wrapper: SerdeL2AdapterWrapper,
     *,
@@ -292,16 +309,7 @@ def scrub_adapter(
     unread. ``entries`` (default) scrubs the inner adapter's entries first, when it can see
     them (``report.entries``); ``OSError`` when its storage cannot be walked.
     """
-    if wrapper.framer is None:
-        raise ValueError("scrub needs framed objects: this adapter stores raw serde bytes "
-                         "(serde_frame is false), which carry nothing to verify")
-    if not wrapper.inner_adapter.reports_object_sizes():
-        raise ValueError("scrub needs an adapter that reports stored object sizes")
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if max_object_bytes < FRAME_HEADER_BYTES:
-        raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
-                         f"got {max_object_bytes}")
+    check_walk(wrapper, "scrub", batch=batch, max_object_bytes=max_object_bytes)
     report = ScrubReport()
     if entries:
         report.entries = scrub_entries_of(wrapper.inner_adapter, delete=delete)
