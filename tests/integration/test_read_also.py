@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,37 @@ def test_a_multi_output_read_also_config_fills_the_object_its_own_way(
         hits, data = cache.load(wrapper, keys, two_groups)
     assert hits.to_list() == [True, True]
     assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data, originals))
+
+
+def test_a_migration_beside_a_running_fleet_never_turns_a_hit_into_a_miss(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    """While the migration rewrites the tier, a fleet member (new config, read_also) keeps
+    loading every key from another thread: each load sees the old object or the new one, whole,
+    so every load hits with fp8's bytes."""
+    keys = _keys(12)
+    _fill(tmp_path, cache, FP8, keys)
+    _, fp8_bytes, _ = _load(tmp_path, cache, FP8, keys)
+    done = threading.Event()
+    rounds: list[list[bool]] = []
+    mismatches: list[int] = []
+    fleet = _open(tmp_path, l1, FP8_ZSTD, read_also=[FP8])
+
+    def serve() -> None:
+        while not done.is_set():
+            hits, data = Cache(l1).load(fleet, keys, KV)
+            rounds.append(hits.to_list())
+            mismatches.extend(i for i, (a, b) in enumerate(zip(data, fp8_bytes))
+                              if hits.test(i) and not torch.equal(a, b))
+
+    server = threading.Thread(target=serve, name="fleet-member")
+    server.start()
+    try:
+        with _open(tmp_path, l1, FP8_ZSTD, read_also=[FP8]) as migrator:
+            report = migrate_adapter(migrator, batch=2)
+    finally:
+        done.set()
+        server.join(timeout=60)
+        fleet.close()
+    assert len(report.migrated) == 12 and not report.failed
+    assert rounds and all(all(hits) for hits in rounds)
+    assert mismatches == []
