@@ -367,11 +367,12 @@ def test_a_multi_output_read_also_config_fills_the_object_its_own_way(
     assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data, originals))
 
 
-def test_a_migration_beside_a_running_fleet_never_turns_a_hit_into_a_miss(
+def test_a_migration_beside_a_running_fleet_never_hands_out_wrong_bytes(
         tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
     """While the migration rewrites the tier, a fleet member (new config, read_also) keeps
-    loading every key from another thread: each load sees the old object or the new one, whole,
-    so every load hits with fp8's bytes."""
+    loading every key from another thread: each load sees the old object or the new one, whole
+    (a hit with fp8's bytes), or, racing the replace (``fs`` sized the old file, then opened the
+    new one), misses; nothing is refused as damage, nothing deleted, and afterwards all hit."""
     keys = _keys(12)
     _fill(tmp_path, cache, FP8, keys)
     _, fp8_bytes, _ = _load(tmp_path, cache, FP8, keys)
@@ -395,7 +396,42 @@ def test_a_migration_beside_a_running_fleet_never_turns_a_hit_into_a_miss(
     finally:
         done.set()
         server.join(timeout=60)
+        fleet_metrics = fleet.metrics()
         fleet.close()
     assert len(report.migrated) == 12 and not report.failed
-    assert rounds and all(all(hits) for hits in rounds)
-    assert mismatches == []
+    assert rounds and mismatches == []
+    assert fleet_metrics["repaired"] == 0
+    assert not set(fleet_metrics["rejections"]) & {"format", "length", "checksum", "decode"}
+    hits, data, _ = _load(tmp_path, cache, FP8_ZSTD, keys)
+    assert all(hits) and all(torch.equal(a, b) for a, b in zip(data, fp8_bytes))
+
+
+class _RefusingSubmits(AsyncSerdeProcessor):
+    """A processor whose submit_deserialize raises (plugin code that fails before it starts)."""
+
+    def submit_deserialize(self, *args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("worker pool gone")
+
+
+def test_one_configs_failed_submit_leaves_the_others_hits(tmp_path: Path, l1: L1Manager,
+                                                          cache: Cache) -> None:
+    """One load task holds objects of two configs; the read_also one's submit raises: its keys
+    miss (kept), the wrapper's own keys still hit."""
+    old, new = _keys(2), _keys(2, start=5)
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), _processor_named("t_old"), l1) as wrapper:
+        assert cache.store(wrapper, old, objects_for(SMALL, 2)).is_successful()
+    reader = _RefusingSubmits(IdentitySerializer(), IdentityDeserializer(), 1, serde_type="t_old")
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), make_processor("t_crc"), l1,
+                               read_also=[(reader, "t_old", SerdeSizeContract.EXACT)]
+                               ) as wrapper:
+        assert cache.store(wrapper, new, objects_for(SMALL, 2, seed=1)).is_successful()
+        hits, data = cache.load(wrapper, old + new, SMALL)
+        metrics = wrapper.metrics()
+    assert hits.to_list() == [False, False, True, True]
+    assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data[2:], objects_for(SMALL, 2, 1)))
+    assert metrics["failures"]["deserialize_submit"] == 2 and metrics["repaired"] == 0
+    assert all((tmp_path / key_file_name(k)).exists() for k in old)
+
+
+def _processor_named(name: str) -> AsyncSerdeProcessor:
+    return AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1, serde_type=name)
