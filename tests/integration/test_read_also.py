@@ -20,6 +20,7 @@ from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
     FRAME_HEADER_BYTES,
+    MemoryL2Adapter,
     SerdeL2AdapterWrapper,
     create_l2_adapter,
     key_file_name,
@@ -435,3 +436,37 @@ def test_one_configs_failed_submit_leaves_the_others_hits(tmp_path: Path, l1: L1
 
 def _processor_named(name: str) -> AsyncSerdeProcessor:
     return AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1, serde_type=name)
+
+
+class _NoSizesAdapter(MemoryL2Adapter):
+    adapter_type = "nosizes"
+
+    def reports_object_sizes(self) -> bool:
+        return False
+
+
+def test_read_also_needs_an_adapter_that_reports_sizes(l1: L1Manager) -> None:
+    """Without stored sizes a load could not size its buffer to whichever config wrote the
+    object: refused at construction, naming the adapter."""
+    inner, primary, reader = _NoSizesAdapter(), make_processor("t_crc"), make_processor("t_int8")
+    try:
+        with pytest.raises(ValueError, match="'read_also' needs an adapter that reports stored "
+                                             "object sizes.*'nosizes'"):
+            SerdeL2AdapterWrapper(inner, primary, l1,
+                                  read_also=[(reader, "t_int8", SerdeSizeContract.EXACT)])
+    finally:
+        for closable in (inner, primary, reader):
+            closable.close()
+
+
+def test_the_migrate_report_speaks_to_the_operator(
+        tmp_path: Path, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    _fill(tmp_path, cache, FP8, _keys(3))
+    _fill(tmp_path, cache, IDENTITY, _keys(1, start=9))
+    spec = json.dumps(_spec(tmp_path, FP8_ZSTD, read_also=[FP8]))
+    assert main(["scrub", spec, "--migrate"]) == 0
+    out = capsys.readouterr().out
+    assert "scanned 4 objects: 0 already in the current config, 3 in a read_also config; " \
+           "migrated 3" in out
+    assert "  config     1" in out  # the identity object's verdict
+    assert "1 objects of configs not in read_also (or of other keys) were left as they are" in out
