@@ -10,16 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lmserde import (
-    DataKind,
-    SerdeOption,
-    SerdePair,
-    SerdeProcessor,
-    SerdeSizeContract,
-    SerdeSpec,
-    close_timeout_option,
-    max_workers_option,
-)
+from lmserde import DataKind, SerdeOption, SerdePair, SerdeSizeContract, SerdeSpec, processor_options
 from lmserde_fp8 import log_fallback_once, native_status
 
 from lmserde_asym_k16_v8.codec import AsymCodec
@@ -85,8 +76,7 @@ _COMMON_OPTIONS: tuple[SerdeOption, ...] = (
                 check=_check_scope),
     SerdeOption("scale_dtype", str, "float32", "dtype of the stored V scale",
                 check=_check_scale_dtype),
-    max_workers_option(DEFAULT_MAX_WORKERS),
-    close_timeout_option(),
+    *processor_options(max_workers=DEFAULT_MAX_WORKERS),
 )
 
 
@@ -119,16 +109,6 @@ def _asym_v_only_pair(kwargs: dict[str, Any]) -> SerdePair:
     return SerdePair(AsymK16V8VOnlyMultiSerializer(codec), AsymK16V8VOnlyMultiDeserializer(codec))
 
 
-def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4)."""
-    return ASYM_K16_V8_SPEC.create_processor("asym_k16_v8", kwargs)
-
-
-def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The ``asym_k16_v8_v_only`` processor core builds from its pair."""
-    return ASYM_K16_V8_V_ONLY_SPEC.create_processor("asym_k16_v8_v_only", kwargs)
-
-
 ASYM_K16_V8_SPEC = SerdeSpec(
     pair_factory=_asym_pair,
     description="K stored bit-exact, V as fp8 with a per-tensor scale (LMCache EncodedKV v1)",
@@ -159,3 +139,8 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
     format_version=1,
     native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
+
+#: The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4).
+create_asym_k16_v8 = ASYM_K16_V8_SPEC.processor_factory("asym_k16_v8")
+#: The ``asym_k16_v8_v_only`` processor core builds from its pair.
+create_asym_k16_v8_v_only = ASYM_K16_V8_V_ONLY_SPEC.processor_factory("asym_k16_v8_v_only")
