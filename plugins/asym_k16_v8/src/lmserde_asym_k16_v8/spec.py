@@ -7,6 +7,7 @@ a single worker caused a 20x p99 regression for these serdes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -122,7 +123,10 @@ ASYM_K16_V8_SPEC = SerdeSpec(
     native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
 
-ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
+#: The same contract as ``asym_k16_v8`` (size, kinds, format, native code); its own pair and the
+#: ``k_dtype_tag`` option.
+ASYM_K16_V8_V_ONLY_SPEC = replace(
+    ASYM_K16_V8_SPEC,
     pair_factory=_asym_v_only_pair,
     description="V alone as fp8 with a per-tensor scale, K slot absent (LMCache EncodedKV v1)",
     options=(
@@ -131,13 +135,6 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
                     "K dtype id written in the header (informational; no K bytes are stored)",
                     check=_check_k_tag),
     ),
-    size_contract=SerdeSizeContract.UPPER_BOUND,
-    lossy=True,
-    consumes=frozenset({DataKind.KV_TENSORS}),
-    produces=DataKind.BYTES,
-    consumes_hint=_KV_HINT,
-    format_version=1,
-    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
 
 #: The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4).
