@@ -23,6 +23,7 @@ from .kit import SerdeConformance as SerdeConformance
 from .kit import random_object as random_object
 from .kit import wait_for_result as wait_for_result
 from .loopback_server import LOOPBACK_HOST as LOOPBACK_HOST
+from .loopback_server import LoopbackChildServer as LoopbackChildServer
 from .loopback_server import free_loopback_port as free_loopback_port
 from .loopback_server import kill_child as kill_child
 from .loopback_server import log_tail as log_tail

@@ -16,6 +16,7 @@ import urllib.request
 
 from lmserde.testing import (
     LOOPBACK_HOST,
+    LoopbackChildServer,
     free_loopback_port,
     kill_child,
     start_child,
@@ -57,7 +58,7 @@ def _require_moto() -> None:
         ) from None
 
 
-class LocalS3Server:
+class LocalS3Server(LoopbackChildServer):
     """moto's S3 on ``127.0.0.1:port`` in a child process; a context manager."""
 
     def __init__(self, *, port: int | None = None, startup_timeout: float = 60.0) -> None:
@@ -69,14 +70,6 @@ class LocalS3Server:
     @property
     def endpoint_url(self) -> str:
         return f"http://{HOST}:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self.running and self._process else None
 
     def start(self) -> LocalS3Server:
         """Start (or restart) the server on its port and wait until it answers HTTP."""
@@ -142,10 +135,6 @@ class LocalS3Server:
                 except OSError:
                     pass
 
-    close = stop
-
-    def __enter__(self) -> LocalS3Server:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """The same as :meth:`stop` (moto keeps its data in memory: nothing else to release)."""
         self.stop()
