@@ -7,7 +7,9 @@ bad spec, an adapter that cannot be scrubbed or storage that does not exist (an 
 objects could not be verified for a reason other than their bytes (the adapter could not say
 their size, or ``--decode`` failed: a key service that cannot be reached, more than
 ``--l1-bytes`` needed); they are kept. Objects that are someone else's (another serde config,
-another key, key material this reader lacks) are reported as foreign and never fail the run.
+another key, key material this reader lacks) are reported as foreign and never fail the run;
+``--delete-unkeyed`` removes those whose key the spec's key provider no longer holds (a tenant
+forgotten with ``lmserde tenant forget``, a version retired with ``lmserde keys retire``).
 
 An adapter that declares the option ``create`` (``fs``) is opened with ``create: false`` unless
 the spec sets it: scrub changes nothing but what ``--delete`` removes.
@@ -58,6 +60,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete-foreign", action="store_true",
                    help="also delete the objects that are someone else's (written under another "
                         "serde config, for another key, or with key material this reader lacks)")
+    p.add_argument("--delete-unkeyed", action="store_true",
+                   help="delete the objects whose key the spec's key provider no longer holds (a "
+                        "forgotten tenant, a retired key version), to reclaim the space of "
+                        "crypto-shredded data; implies --decode. Use it only with the keyring that "
+                        "is the authority for every tenant on this storage: a tenant it never "
+                        "held looks the same as one it forgot")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
@@ -122,6 +130,9 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"deleted {report.deleted} damaged objects")
     if report.foreign_deleted:
         print(f"deleted {report.foreign_deleted} objects of other configs or keys")
+    elif report.unkeyed_deleted:
+        print(f"deleted {report.unkeyed_deleted} objects whose key the key provider no longer "
+              "holds (forgotten tenants, retired key versions)")
     elif report.foreign:
         print(f"{len(report.foreign)} objects were written under another serde config, for "
               "another key or with key material this reader lacks: not damage, kept "
@@ -175,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
             limit = (DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None
                      else args.max_object_bytes)
             report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   delete_foreign=args.delete_foreign, batch=args.batch,
+                                   delete_foreign=args.delete_foreign,
+                                   delete_unkeyed=args.delete_unkeyed, batch=args.batch,
                                    on_progress=advance, max_object_bytes=limit)
     except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
