@@ -1,0 +1,143 @@
+"""A throwaway AWS-compatible server on loopback for tests and benchmarks: moto in a child process.
+
+:class:`LocalMotoServer` runs moto's ``ThreadedMotoServer`` (every service moto emulates: S3, KMS,
+...) in a separate Python process on ``127.0.0.1:port``, so the server has its own GIL (the
+process under test is measured, not moto), can be killed like a crashed service (:meth:`kill`),
+frozen (``frozen_process(server.pid)``) and restarted on the same port (:meth:`start`; its
+in-memory data is gone, like a fresh deployment). moto is a test dependency
+(``pip install "moto[server]"``), never one of a plugin's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from lmserde.testing.loopback_server import (
+    LOOPBACK_HOST,
+    free_loopback_port,
+    kill_child,
+    start_child,
+    stop_child,
+    wait_until,
+)
+
+__all__ = ["LocalMotoServer", "MotoNotInstalledError", "TEST_CREDENTIALS"]
+
+#: Credentials a local moto server accepts (it does not check them); exported as environment
+#: variables to the clients that talk to it.
+TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "lmserde-test", "AWS_SECRET_ACCESS_KEY": "lmserde-test",
+                    "AWS_DEFAULT_REGION": "us-east-1"}
+
+_CHILD = """
+import sys, threading
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address=sys.argv[1], port=int(sys.argv[2]), verbose=False)
+server.start()
+print("ready", flush=True)
+sys.stdin.read()  # until the parent closes stdin or dies
+server.stop()
+"""
+
+
+class MotoNotInstalledError(RuntimeError):
+    """moto (with its server extra) is not importable."""
+
+
+def _require_moto() -> None:
+    try:
+        import moto.server  # noqa: F401
+    except ImportError as exc:
+        raise MotoNotInstalledError(
+            f"the local AWS-compatible server needs moto with its server extra ({exc}); "
+            'install it with: pip install "moto[server]"'
+        ) from None
+
+
+class LocalMotoServer:
+    """moto on ``127.0.0.1:port`` in a child process; a context manager."""
+
+    def __init__(self, *, port: int | None = None, startup_timeout: float = 60.0) -> None:
+        _require_moto()
+        self.port = port or free_loopback_port()
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[str] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{LOOPBACK_HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the child process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        return self._process.pid if self.running and self._process else None
+
+    def start(self) -> LocalMotoServer:
+        """Start (or restart) the server on its port and wait until it answers HTTP."""
+        if self.running:
+            return self
+        self._process = start_child([sys.executable, "-c", _CHILD, LOOPBACK_HOST, str(self.port)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        def ready() -> bool:
+            process = self._process
+            if process is None or process.poll() is not None:
+                code = None if process is None else process.returncode
+                raise RuntimeError(f"moto server on port {self.port} exited with {code}")
+            try:
+                with urllib.request.urlopen(self.endpoint_url + "/", timeout=2):
+                    return True
+            except urllib.error.HTTPError:
+                return True  # any HTTP answer means it is serving
+
+        wait_until(ready, f"moto server on port {self.port} answering HTTP",
+                   self.startup_timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: open connections drop at once) and reap it."""
+        if self._process is not None:
+            kill_child(self._process, group=True)
+        self._close_pipes()
+
+    def stop(self) -> None:
+        """Stop the server (stdin closed, then SIGTERM, then SIGKILL); idempotent."""
+        process = self._process
+        if process is None:
+            return
+        stdin = process.stdin
+        stop_child(process, ask=stdin.close if stdin is not None else None)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    close = stop
+
+    def __enter__(self) -> LocalMotoServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
