@@ -7,30 +7,19 @@ metadata are never read.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lmserde.testing import TEST_CREDENTIALS, LocalMotoServer, MotoNotInstalledError
-
-_aliases = itertools.count()
+from lmserde.testing import LocalMotoServer, MotoNotInstalledError, use_test_aws_environment
 
 
 @pytest.fixture(autouse=True)
 def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
                     ) -> None:
     """Test credentials in the environment; no profile, no real config files, no IMDS."""
-    empty = tmp_path_factory.getbasetemp() / "no-aws-files"
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-                 "AWS_ENDPOINT_URL_KMS", "AWS_REGION", "AWS_CA_BUNDLE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in TEST_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    use_test_aws_environment(monkeypatch, tmp_path_factory.getbasetemp() / "no-aws-files")
 
 
 def _server() -> LocalMotoServer:
@@ -54,22 +43,6 @@ def own_kms_server() -> Iterator[LocalMotoServer]:
     server = _server().start()
     yield server
     server.stop()
-
-
-def kms_client(server: LocalMotoServer) -> Any:
-    """A plain boto3 KMS client of ``server``."""
-    import boto3
-
-    return boto3.client("kms", endpoint_url=server.endpoint_url, region_name="us-east-1")
-
-
-def new_master_key(server: LocalMotoServer) -> str:
-    """A fresh customer master key on ``server``; its alias."""
-    client = kms_client(server)
-    key_id = client.create_key(Description="lmserde test")["KeyMetadata"]["KeyId"]
-    alias = f"alias/lmserde-test-{next(_aliases)}"
-    client.create_alias(AliasName=alias, TargetKeyId=key_id)
-    return alias
 
 
 @pytest.fixture

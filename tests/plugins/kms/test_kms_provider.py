@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import new_master_key
+from kms_keys import new_master_key
 from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
 from lmserde.cli.main import main
 from lmserde.l1 import L1Manager

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
+from typing import Any
 
 from lmserde.testing.loopback_server import (
     LOOPBACK_HOST,
@@ -24,12 +26,32 @@ from lmserde.testing.loopback_server import (
     wait_until,
 )
 
-__all__ = ["LocalMotoServer", "MotoNotInstalledError", "TEST_CREDENTIALS"]
+__all__ = ["LocalMotoServer", "MotoNotInstalledError", "TEST_CREDENTIALS",
+           "use_test_aws_environment"]
 
 #: Credentials a local moto server accepts (it does not check them); exported as environment
 #: variables to the clients that talk to it.
 TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "lmserde-test", "AWS_SECRET_ACCESS_KEY": "lmserde-test",
                     "AWS_DEFAULT_REGION": "us-east-1"}
+
+#: Variables that would point a client at a real account or endpoint.
+_AWS_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
+                  "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_KMS", "AWS_REGION", "AWS_CA_BUNDLE")
+
+
+def use_test_aws_environment(monkeypatch: Any, empty_dir: Path) -> None:
+    """Give boto3 clients :data:`TEST_CREDENTIALS` through the environment (``monkeypatch``: a
+    pytest ``MonkeyPatch``), with no profile, no endpoint override, config files under the
+    nonexistent ``empty_dir`` and instance metadata off: the developer's own AWS setup is never
+    read."""
+    for name in _AWS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in TEST_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty_dir / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty_dir / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
 
 _CHILD = """
 import sys, threading
