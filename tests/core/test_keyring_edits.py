@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lmserde.cli.main import main
 from lmserde.tenant_keys import (
     WRAPPED_KEYRING_FORMAT_FIELD,
@@ -24,6 +26,7 @@ from lmserde.tenant_keys import (
     add_keyring_version,
     forget_tenant,
     key_withdrawn,
+    parse_keyring,
     read_keyring_file,
     retire_key_versions,
 )
@@ -70,6 +73,34 @@ def test_retired_versions_raise_retired_and_newer_ones_plain_unknown() -> None:
     with pytest.raises(UnknownTenantError) as gone:
         ring.secret("carol", 1)
     assert key_withdrawn(gone.value)
+
+
+_tenants = st.dictionaries(st.sampled_from(["", "alice", "bob", "carol", "t-1"]),
+                           st.integers(min_value=1, max_value=4), min_size=1)
+
+
+@given(_tenants, st.data())
+def test_edits_touch_only_what_they_name(versions: dict[str, int], data: st.DataObject) -> None:
+    """forget removes exactly one tenant and retire exactly the chosen non-current versions;
+    everything else (secrets, current versions, the kind) survives a dump and parse."""
+    ring = Keyring()
+    for tenant, count in versions.items():
+        for i in range(count):
+            ring = ring.with_new_version(tenant, bytes([i + 1]) * 16 + tenant.encode())
+    victim = data.draw(st.sampled_from(sorted(versions)))
+    forgotten = parse_keyring(ring.without_tenant(victim).dumps())
+    assert set(forgotten.tenants) == set(versions) - {victim}
+    assert all(forgotten.tenants[t] == ring.tenants[t] for t in forgotten.tenants)
+    keys = ring.tenant(victim)
+    older = sorted(v for v in keys.secrets if v != keys.current)
+    if older:
+        chosen = data.draw(st.lists(st.sampled_from(older), min_size=1, unique=True))
+        retired = parse_keyring(ring.without_versions(victim, chosen).dumps())
+        assert set(retired.tenant(victim).secrets) == set(keys.secrets) - set(chosen)
+        assert retired.tenant(victim).current == keys.current
+        for version in chosen:
+            with pytest.raises(RetiredKeyVersionError):
+                retired.secret(victim, version)
 
 
 def test_the_current_version_is_never_retired() -> None:
@@ -179,8 +210,11 @@ def test_watch_keeps_the_last_good_keyring_when_the_file_breaks(tmp_path: Path) 
     _write(path, _ring().without_tenant("bob"))
     path.chmod(0o644)  # group-readable: refused, the last good keyring stays
     assert watch.check_now() is False and "accessible by group" in str(watch.reload_error)
+    provider = KeyringKeyProvider(watch)
+    assert "reload failing" in provider.describe()
     path.chmod(0o600)
     assert watch.check_now() is True
+    assert "reload failing" not in provider.describe()
     assert watch.reload_error is None and watch.generation == 1
     assert set(watch.current().tenants) == {"alice"}
     assert watch.check_now() is False  # unchanged file: not read again
