@@ -14,7 +14,7 @@ allocated): it is reported as ``length`` damage, as no KV chunk is that large.
 Damage is what the reader can prove is bad (the frame's ``DAMAGE_REASONS``: ``format``,
 ``length``, ``checksum``, ``decode``). An object written under another serde configuration, for
 another key or layout, by another frame version or with key material this reader does not hold
-(``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``) is *not mine*, not damage:
+(``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``, ``unkeyed``) is *not mine*:
 another fleet may read it. It is reported apart (``report.foreign``), never counts as damage and
 is deleted only with ``delete_foreign``. Among those, an object whose key material the reader's
 key provider no longer holds (``unkeyed``: a forgotten tenant, a retired key version; only a
