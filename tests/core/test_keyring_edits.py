@@ -162,6 +162,9 @@ def test_cli_rotate_retire_show_forget(tmp_path: Path, capsys: pytest.CaptureFix
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert main(["keys", "rotate", str(path), "alice", "--stage"]) == 0
     assert read_keyring_file(path).tenant("alice").current == 1
+    assert main(["keys", "activate", str(path), "alice", "2"]) == 0
+    assert read_keyring_file(path).tenant("alice").current == 2
+    assert main(["keys", "activate", str(path), "alice", "9"]) == 1
     assert main(["keys", "rotate", str(path), "alice"]) == 0
     assert main(["keys", "rotate", str(path), "bob"]) == 0
     assert read_keyring_file(path).tenant("alice").current == 3

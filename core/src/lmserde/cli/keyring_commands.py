@@ -1,4 +1,5 @@
-"""``lmserde keys rotate|retire|show`` and ``lmserde tenant forget``: editing a keyring file.
+"""``lmserde keys rotate|activate|retire|show`` and ``lmserde tenant forget``: editing a keyring
+file.
 
 Every edit replaces the file atomically (mode 0600, written beside it, fsynced, renamed), so a
 running process that watches it (``aesgcm`` ``key_provider: keyring``, ``lmserde-kms``'s wrapped
@@ -14,13 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["add_parsers", "run_rotate", "run_retire", "run_show", "run_forget"]
+__all__ = ["add_parsers", "run_rotate", "run_activate", "run_retire", "run_show", "run_forget"]
 
 EXIT_REFUSED = 1
 
 _KEYS_EPILOG = """\
 rotation without downtime:
   lmserde keys rotate ring.json alice --stage   add version N+1 to every server's ring first
+  lmserde keys activate ring.json alice N+1     then write with it
   lmserde keys rotate ring.json alice           (or, in one step) add N+1 and write with it
   lmserde keys retire ring.json alice 1         old frames of version 1 stop decrypting
   lmserde keys retire ring.json alice --before 3
@@ -47,6 +49,18 @@ def run_rotate(args: argparse.Namespace) -> int:
     state = "staged: it decrypts, new frames keep the current version" if args.stage else \
         "current: new frames use it, older versions still decrypt"
     print(f"{args.keyring}: tenant {args.tenant!r} key version {version} added ({state})")
+    return 0
+
+
+def run_activate(args: argparse.Namespace) -> int:
+    """Make the existing ``args.version`` the one ``args.tenant``'s new frames use."""
+    from lmserde.tenant_keys import set_keyring_current
+
+    try:
+        set_keyring_current(args.keyring, args.tenant, args.version)
+    except ValueError as exc:
+        return _refused("keys activate", exc)
+    print(f"{args.keyring}: tenant {args.tenant!r} now writes with key version {args.version}")
     return 0
 
 
@@ -108,17 +122,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add ``keys`` and ``tenant`` to the ``lmserde`` command."""
     keys = sub.add_parser(
         "keys", help="rotate, retire and list the key versions of a keyring file",
-        description="Edit a keyring file (aesgcm key_provider: keyring, or a wrapped keyring "
-                    "of lmserde-kms for retire and show) atomically.",
+        description="Edit a keyring file (aesgcm key_provider: keyring, or for activate, retire "
+                    "and show a wrapped keyring of lmserde-kms) atomically.",
         epilog=_KEYS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     rotate = actions.add_parser("rotate", help="add a tenant's next key version")
     rotate.add_argument("keyring", help="keyring file (created if missing)")
     rotate.add_argument("tenant", help="tenant (cache_salt); '' is the requests without one")
     rotate.add_argument("--stage", action="store_true",
-                        help="add the version without writing with it yet (activate later "
-                             "with `lmserde keygen --keyring FILE --tenant T --activate N`)")
+                        help="add the version without writing with it yet (then `lmserde keys "
+                             "activate`)")
     rotate.set_defaults(handler=run_rotate)
+    activate = actions.add_parser("activate", help="make an existing version the one new "
+                                                   "frames of a tenant use")
+    activate.add_argument("keyring", help="keyring file (plain or wrapped)")
+    activate.add_argument("tenant", help="tenant (cache_salt)")
+    activate.add_argument("version", type=int, help="a version the tenant holds")
+    activate.set_defaults(handler=run_activate)
     retire = actions.add_parser("retire", help="remove old key versions of a tenant")
     retire.add_argument("keyring", help="keyring file")
     retire.add_argument("tenant", help="tenant (cache_salt)")

@@ -82,9 +82,9 @@ def lmserde_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     """``lmserde kms rotate``."""
     kms = subparsers.add_parser(
         "kms", help="add KMS-wrapped data keys to a wrapped keyring (key_provider: aws-kms)",
-        description="Manage the wrapped keyring of the aws-kms key provider. Retire versions "
-                    "and forget tenants with `lmserde keys retire` and `lmserde tenant forget`, "
-                    "which work on wrapped keyrings too.")
+        description="Manage the wrapped keyring of the aws-kms key provider. Activate and "
+                    "retire versions and forget tenants with `lmserde keys activate|retire` and "
+                    "`lmserde tenant forget`, which work on wrapped keyrings too.")
     actions = kms.add_subparsers(dest="kms_command", metavar="ACTION", required=True)
     rotate = actions.add_parser(
         "rotate", help="add a tenant's next data key (its first for a new tenant)",
