@@ -253,3 +253,38 @@ def test_a_due_check_does_not_run_on_the_callers_thread(tmp_path: Path,
     watch.current()
     _wait_for(lambda: bool(seen))
     assert caller not in seen
+
+
+def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
+    """A check in flight in the parent at fork time has no thread in the child: the child's next
+    due check must not wait for it."""
+    import multiprocessing
+
+    path = _write(tmp_path / "ring.json", _ring())
+    provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
+    watch = provider.watch
+    assert watch is not None
+    with watch._lock:  # as if the parent's check thread were running when it forked
+        watch._checking = True
+    forget_tenant(path, "alice")
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_forgotten_in_child, args=(provider, result))
+    child.start()
+    try:
+        assert result.get(timeout=30) is True
+    finally:
+        child.join(timeout=30)
+    assert child.exitcode == 0
+
+
+def _forgotten_in_child(provider: KeyringKeyProvider, result: object) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            provider.root_secret("alice", 1)
+        except UnknownTenantError:
+            result.put(True)  # type: ignore[attr-defined]
+            return
+        time.sleep(0.01)
+    result.put(False)  # type: ignore[attr-defined]

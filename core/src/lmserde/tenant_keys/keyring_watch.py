@@ -69,6 +69,7 @@ class KeyringWatch:
         self._insecure = allow_insecure_permissions
         self._lock = threading.Lock()
         self._checking = False
+        self._checker_pid = 0  # the process whose thread is checking (a fork has no such thread)
         self._generation = 0
         self._reload_error: str | None = None
         self._stamp: _Stamp | None = None
@@ -139,9 +140,11 @@ class KeyringWatch:
 
     def _start_check(self) -> None:
         with self._lock:
-            if self._checking or time.monotonic() < self._next_check:
+            in_flight = self._checking and self._checker_pid == os.getpid()
+            if in_flight or time.monotonic() < self._next_check:
                 return
             self._checking = True
+            self._checker_pid = os.getpid()
         try:
             threading.Thread(target=self._check_in_background, daemon=True,
                              name="lmserde-keyring-reload").start()
