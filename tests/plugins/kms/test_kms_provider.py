@@ -290,3 +290,34 @@ def test_rotate_with_kms_down_leaves_the_file_alone(tmp_path: Path,
     assert main(["kms", "rotate", str(path), "alice", "--key-id", alias,
                  "--endpoint-url", own_kms_server.endpoint_url]) == 1
     assert path.read_bytes() == before
+
+
+def test_a_forked_child_unwraps_with_its_own_client_and_threads(
+        kms_server: LocalMotoServer, make_options: Any,
+        providers: list[AwsKmsKeyProvider]) -> None:
+    """The parent's pool threads do not exist in a fork, and its connections are the parent's:
+    the child's first unwrap builds its own."""
+    import multiprocessing
+
+    alias = new_master_key(kms_server)
+    options = make_options(kms_server, alias, cache_ttl_s=0.2, request_deadline_s=5.0)
+    _rotate(kms_server, alias, options["wrapped_keyring_path"], "alice")
+    provider = _provider(options, providers)
+    key = provider.root_secret("alice", 1)  # the parent's pool now has an idle thread
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_unwrap_in_child, args=(provider, result))
+    child.start()
+    try:
+        assert result.get(timeout=60) == key
+    finally:
+        child.join(timeout=30)
+    assert child.exitcode == 0
+
+
+def _unwrap_in_child(provider: AwsKmsKeyProvider, result: Any) -> None:
+    time.sleep(0.3)  # past the TTL: the child must ask KMS itself
+    try:
+        result.put(provider.root_secret("alice", 1))
+    except Exception as exc:
+        result.put(repr(exc))

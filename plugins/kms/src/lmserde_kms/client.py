@@ -12,6 +12,7 @@ files, SSO, web identity, instance roles).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -52,25 +53,50 @@ def build_client(settings: KmsSettings) -> Any:
 
 class KmsCaller:
     """Runs KMS calls on its own threads with an overall deadline; concurrent calls for the same
-    ``flight`` key share one request (one ``Decrypt`` per data key however many frames wait)."""
+    ``flight`` key share one request (one ``Decrypt`` per data key however many frames wait).
 
-    def __init__(self, client: Any, deadline_s: float) -> None:
-        self.client = client
+    ``make_client()`` builds the boto3 client: once per process, so a forked child (whose copy
+    of the parent's pool has no threads and whose client would share the parent's connections)
+    gets its own pool and client on its first call.
+    """
+
+    def __init__(self, make_client: Callable[[], Any], deadline_s: float) -> None:
+        self._make_client = make_client
         self._deadline_s = deadline_s
-        self._pool = concurrent.futures.ThreadPoolExecutor(_WORKERS,
-                                                           thread_name_prefix="lmserde-kms")
         self._lock = threading.Lock()
+        self._pid = -1
+        self._client: Any = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._flights: dict[Any, concurrent.futures.Future[Any]] = {}
+        self._closed = False
 
-    def call(self, flight: Any, fn: Callable[[], _T]) -> _T:
-        """``fn()``'s result, or ``KmsDeadlineError`` once ``request_deadline_s`` passed;
+    @property
+    def client(self) -> Any:
+        """This process's boto3 KMS client (built on first use)."""
+        with self._lock:
+            return self._for_this_process()[0]
+
+    def _for_this_process(self) -> tuple[Any, concurrent.futures.ThreadPoolExecutor]:
+        if self._closed:
+            raise RuntimeError("aws-kms: the KMS caller is closed")
+        if self._pid != os.getpid() or self._pool is None:
+            self._client = self._make_client()
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                _WORKERS, thread_name_prefix="lmserde-kms")
+            self._flights = {}
+            self._pid = os.getpid()
+        return self._client, self._pool
+
+    def call(self, flight: Any, fn: Callable[[Any], _T]) -> _T:
+        """``fn(client)``'s result, or ``KmsDeadlineError`` once ``request_deadline_s`` passed;
         whatever ``fn`` raised otherwise."""
         with self._lock:
+            client, pool = self._for_this_process()
             future = self._flights.get(flight)
             if future is None:
-                future = self._pool.submit(fn)
+                future = pool.submit(fn, client)
                 self._flights[flight] = future
-                future.add_done_callback(lambda _f: self._land(flight, _f))
+                future.add_done_callback(lambda done: self._land(flight, done))
         try:
             return future.result(timeout=self._deadline_s)
         except concurrent.futures.TimeoutError:
@@ -85,4 +111,8 @@ class KmsCaller:
 
     def close(self) -> None:
         """Stop taking calls; calls in flight end within botocore's bounds."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)

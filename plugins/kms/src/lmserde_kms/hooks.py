@@ -28,8 +28,9 @@ def build_provider(options: Mapping[str, Any]) -> Any:
     from lmserde_kms.settings import parse_settings
 
     settings = parse_settings(options)
-    caller = KmsCaller(build_client(settings), settings.request_deadline_s)
+    caller = KmsCaller(lambda: build_client(settings), settings.request_deadline_s)
     try:
+        _ = caller.client  # built now (no network): a bad profile is a configuration error
         return AwsKmsKeyProvider(settings, caller)
     except BaseException:
         caller.close()
@@ -61,7 +62,7 @@ def run_rotate(args: argparse.Namespace) -> int:
         settings = parse_settings({
             "key_id": args.key_id, "wrapped_keyring_path": args.wrapped_keyring,
             "endpoint_url": args.endpoint_url, "region": args.region, "profile": args.profile})
-        caller = KmsCaller(build_client(settings), settings.request_deadline_s)
+        caller = KmsCaller(lambda: build_client(settings), settings.request_deadline_s)
         try:
             version = add_wrapped_version(args.wrapped_keyring, args.tenant,
                                           key_id=settings.key_id, caller=caller,

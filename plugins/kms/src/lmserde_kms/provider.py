@@ -105,10 +105,10 @@ class AwsKmsKeyProvider(KeyProvider):
         return plaintext
 
     def _unwrap(self, tenant: str, version: int, blob: bytes) -> bytes:
-        def decrypt() -> Any:
+        def decrypt(client: Any) -> Any:
             with self._lock:
                 self.decrypt_calls += 1
-            return self._caller.client.decrypt(
+            return client.decrypt(
                 CiphertextBlob=blob, KeyId=self._settings.key_id,
                 EncryptionContext=encryption_context(tenant, version))
 

@@ -34,7 +34,7 @@ def add_wrapped_version(path: str | os.PathLike[str], tenant: str, *, key_id: st
         held = keyring.tenants.get(tenant)
         version = 1 if held is None else max(held.secrets) + 1
         try:
-            answer: Any = caller.call(("generate", tenant, version), lambda: caller.client
+            answer: Any = caller.call(("generate", tenant, version), lambda client: client
                                       .generate_data_key(
                                           KeyId=key_id, KeySpec=DATA_KEY_SPEC,
                                           EncryptionContext=encryption_context(tenant, version)))
