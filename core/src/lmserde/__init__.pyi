@@ -17,6 +17,7 @@ from .completion_queue import CompletionQueue as CompletionQueue
 from .data_kind import DataKind as DataKind
 from .events import create_event_notifier as create_event_notifier
 from .foreign_object import ForeignObjectError as ForeignObjectError
+from .foreign_object import UnkeyedObjectError as UnkeyedObjectError
 from .frame_checksum import PayloadHasher as PayloadHasher
 from .frame_checksum import checksum_kernel as checksum_kernel
 from .frame_checksum import copy_with_checksum as copy_with_checksum

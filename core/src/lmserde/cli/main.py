@@ -15,6 +15,7 @@ from lmserde._version import __version__
 from lmserde.cli import (
     bench_command,
     info_command,
+    keyring_commands,
     new_plugin_command,
     plugins_command,
     scrub_command,
@@ -36,7 +37,8 @@ EXIT_BROKEN_PIPE = 141
 def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmserde",
-        description="KV-cache serdes: list plugins, inspect them, benchmark them, scrub L2.",
+        description="KV-cache serdes: list plugins, inspect them, benchmark them, scrub L2, "
+                    "manage keyrings.",
     )
     parser.add_argument("--version", action="version", version=f"lmserde {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,6 +47,7 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     scrub_command.add_parser(sub)
     new_plugin_command.add_parser(sub)
     bench_command.add_parser(sub)
+    keyring_commands.add_parsers(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
     return parser

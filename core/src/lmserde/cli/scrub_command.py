@@ -7,7 +7,9 @@ bad spec, an adapter that cannot be scrubbed or storage that does not exist (an 
 objects could not be verified for a reason other than their bytes (the adapter could not say
 their size, or ``--decode`` failed: a key service that cannot be reached, more than
 ``--l1-bytes`` needed); they are kept. Objects that are someone else's (another serde config,
-another key, key material this reader lacks) are reported as foreign and never fail the run.
+another key, key material this reader lacks) are reported as foreign and never fail the run;
+``--delete-unkeyed`` removes those whose key the spec's key provider no longer holds (a tenant
+forgotten with ``lmserde tenant forget``, a version retired with ``lmserde keys retire``).
 
 ``--migrate`` rewrites every object written by one of the spec's ``read_also`` configs in its
 current ``serde`` (:mod:`lmserde.l2.serde.migrate`): resumable (objects already in the current
@@ -69,6 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="rewrite every object written by a 'read_also' config of the spec in "
                         "its current 'serde' (resumable: run again after an interruption; "
                         "deletes nothing)")
+    p.add_argument("--delete-unkeyed", action="store_true",
+                   help="delete the objects whose key the spec's key provider no longer holds (a "
+                        "forgotten tenant, a retired key version), to reclaim the space of "
+                        "crypto-shredded data; implies --decode. Use it only with the keyring that "
+                        "is the authority for every tenant on this storage: a tenant it never "
+                        "held looks the same as one it forgot")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
@@ -136,6 +144,9 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"deleted {report.deleted} damaged objects")
     if report.foreign_deleted:
         print(f"deleted {report.foreign_deleted} objects of other configs or keys")
+    elif report.unkeyed_deleted:
+        print(f"deleted {report.unkeyed_deleted} objects whose key the key provider no longer "
+              "holds (forgotten tenants, retired key versions)")
     elif report.foreign:
         print(f"{len(report.foreign)} objects were written under another serde config, for "
               "another key or with key material this reader lacks: not damage, kept "
@@ -231,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     from lmserde.l1.manager import L1Manager
     from lmserde.l2.serde.scrub import DEFAULT_MAX_OBJECT_BYTES, scrub_adapter
 
-    if args.migrate and (args.delete or args.delete_foreign or args.decode):
+    if args.migrate and (args.delete or args.delete_foreign or args.delete_unkeyed or args.decode):
         print("lmserde scrub: --migrate rewrites and never deletes: run --delete, "
               "--delete-foreign or --decode as a separate scrub", file=sys.stderr)
         return EXIT_USAGE
@@ -247,8 +258,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_migrate(args, wrapper, limit)
     report = _walk(args, wrapper, "scrubbing", lambda keys, advance: scrub_adapter(
         wrapper, keys=keys, decode=args.decode, delete=args.delete,
-        delete_foreign=args.delete_foreign, batch=args.batch, on_progress=advance,
-        max_object_bytes=limit))
+        delete_foreign=args.delete_foreign, delete_unkeyed=args.delete_unkeyed, batch=args.batch,
+        on_progress=advance, max_object_bytes=limit))
     if report is None:
         return EXIT_USAGE
     _print_report(report, args.json)

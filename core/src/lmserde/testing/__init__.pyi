@@ -30,6 +30,10 @@ from .loopback_server import log_tail as log_tail
 from .loopback_server import start_child as start_child
 from .loopback_server import stop_child as stop_child
 from .loopback_server import wait_until as wait_until
+from .moto_server import TEST_CREDENTIALS as TEST_CREDENTIALS
+from .moto_server import LocalMotoServer as LocalMotoServer
+from .moto_server import MotoNotInstalledError as MotoNotInstalledError
+from .moto_server import use_test_aws_environment as use_test_aws_environment
 from .slow_network import TimedTask as TimedTask
 from .slow_network import TrickleProxy as TrickleProxy
 from .slow_network import frozen_process as frozen_process
