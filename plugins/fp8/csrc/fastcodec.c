@@ -1150,37 +1150,54 @@ PyDoc_STRVAR(decode_doc,
              "decode(src_addr, fp8_kind, dst_addr, dst_kind, n_rows, row_len, scales_addr, level)\n"
              "Decode n_rows*row_len fp8 codes to floats; scales_addr as for encode.");
 
-static PyObject *py_decode(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr, scales_addr;
+/*
+ * decode and decode_pow2: the same arguments (aux_addr: the rows' float32 scales, or for
+ * decode_pow2 their int8 exponents) and the same row loop; only a row's scale differs.
+ */
+static PyObject *decode_rows(PyObject *args, int pow2) {
+    unsigned long long src_addr, dst_addr, aux_addr;
     int kind, fp8, level;
     Py_ssize_t n_rows, row_len;
-    (void)self;
     if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
-                          &scales_addr, &level))
+                          &aux_addr, &level))
         return NULL;
     if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
     const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
     unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
-    const float *scales = (const float *)(uintptr_t)scales_addr;
+    const float *scales = pow2 ? NULL : (const float *)(uintptr_t)aux_addr;
+    const int8_t *exps = pow2 ? (const int8_t *)(uintptr_t)aux_addr : NULL;
     size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    for (size_t r = 0; pow2 && r < rows; r++) {
+        if (exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT) {
+            PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
+            return NULL;
+        }
+    }
     int lv = effective_level(level);
     fpenv env;
     const int stream = use_stream(rows * len * es, lv);
     int streamed = 0;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    if (scales == NULL) {
+    if (!pow2 && scales == NULL) { /* unscaled: the rows are one run */
         len = rows * len;
         rows = len ? 1 : 0;
     }
-    for (size_t r = 0; r < rows; r++)
-        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len,
-                               scales ? scales + r : NULL, lv, stream);
+    for (size_t r = 0; r < rows; r++) {
+        float pow2_scale = pow2 ? pow2f(exps[r]) : 0.0f;
+        const float *scale = pow2 ? &pow2_scale : scales ? scales + r : NULL;
+        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scale, lv, stream);
+    }
     stream_fence(stream);
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     g_streamed_decodes += (unsigned long long)streamed;
     Py_RETURN_NONE;
+}
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    (void)self;
+    return decode_rows(args, 0);
 }
 
 /* ------------------------------------------------ coding with the payload checksum in the loop */
@@ -1479,39 +1496,8 @@ PyDoc_STRVAR(decode_pow2_doc,
              "Decode each row times 2^k, k the row's int8 exponent (checked: -126 <= k <= 126).");
 
 static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr, exps_addr;
-    int kind, fp8, level;
-    Py_ssize_t n_rows, row_len;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
-                          &exps_addr, &level))
-        return NULL;
-    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
-    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
-    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
-    const int8_t *exps = (const int8_t *)(uintptr_t)exps_addr;
-    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
-    for (size_t r = 0; r < rows; r++) {
-        if (exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT) {
-            PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
-            return NULL;
-        }
-    }
-    int lv = effective_level(level);
-    fpenv env;
-    const int stream = use_stream(rows * len * es, lv);
-    int streamed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    fpenv_enter(&env);
-    for (size_t r = 0; r < rows; r++) {
-        float scale = pow2f(exps[r]);
-        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv, stream);
-    }
-    stream_fence(stream);
-    fpenv_leave(&env);
-    Py_END_ALLOW_THREADS
-    g_streamed_decodes += (unsigned long long)streamed;
-    Py_RETURN_NONE;
+    return decode_rows(args, 1);
 }
 
 static PyObject *py_streamed_decodes(PyObject *self, PyObject *noargs) {
