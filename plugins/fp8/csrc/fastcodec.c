@@ -396,6 +396,22 @@ AVX2_FN static inline __m256i mag16(__m256i a, const enc16_vconsts *k, const int
     return r;
 }
 
+/*
+ * The 32 codes of two vectors of 16-bit floats, stored at dst in source order: v0, v1 are the
+ * source bits, a0, a1 their magnitudes (sign cleared), m0, m1 the magnitude codes mag16 made of
+ * them; the sign and the NaN code (magnitudes above k->nan_above) are put in here.
+ */
+AVX2_FN static inline void store_codes16(uint8_t *dst, __m256i v0, __m256i v1, __m256i a0, __m256i a1,
+                                         __m256i m0, __m256i m1, const enc16_vconsts *k) {
+    __m256i b = _mm256_packus_epi16(m0, m1);
+    __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k->sign8);
+    __m256i nn = _mm256_and_si256(
+        _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k->nan_above), _mm256_cmpgt_epi16(a1, k->nan_above)),
+        k->nan8);
+    b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(b, 0xD8));
+}
+
 AVX2_FN static size_t enc16_loop(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
                                  const int shift, const int need_sub) {
     enc16_vconsts k = make_enc16_vconsts(fp8, kind, 0);
@@ -404,14 +420,8 @@ AVX2_FN static size_t enc16_loop(const unsigned char *src, int kind, uint8_t *ds
         __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
         __m256i a0 = _mm256_and_si256(v0, k.absmask), a1 = _mm256_and_si256(v1, k.absmask);
-        __m256i b = _mm256_packus_epi16(mag16(a0, &k, kind, shift, need_sub),
-                                        mag16(a1, &k, kind, shift, need_sub));
-        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
-        __m256i nn = _mm256_and_si256(
-            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
-            k.nan8);
-        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+        store_codes16(dst + i, v0, v1, a0, a1, mag16(a0, &k, kind, shift, need_sub),
+                      mag16(a1, &k, kind, shift, need_sub), &k);
     }
     return i;
 }
@@ -449,14 +459,8 @@ AVX2_FN static inline size_t enc16_pow2_bf16(const enc16_vconsts *kc, const unsi
             s0 = _mm256_and_si256(_mm256_adds_epu16(a0, kbits), _mm256_cmpgt_epi16(a0, smallest_normal));
             s1 = _mm256_and_si256(_mm256_adds_epu16(a1, kbits), _mm256_cmpgt_epi16(a1, smallest_normal));
         }
-        __m256i b = _mm256_packus_epi16(mag16(s0, &k, KIND_BF16, shift, 1),
-                                        mag16(s1, &k, KIND_BF16, shift, 1));
-        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
-        __m256i nn = _mm256_and_si256(
-            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
-            k.nan8);
-        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+        store_codes16(dst + i, v0, v1, a0, a1, mag16(s0, &k, KIND_BF16, shift, 1),
+                      mag16(s1, &k, KIND_BF16, shift, 1), &k);
     }
     return i;
 }
