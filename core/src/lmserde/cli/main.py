@@ -20,6 +20,7 @@ from lmserde.cli import (
     plugins_command,
     scrub_command,
 )
+from lmserde.cli.exit_codes import EXIT_USAGE
 from lmserde.install_hints import CLI_COMMANDS, install_hint, providing_distribution
 from lmserde.plugin_discovery import DISABLE_ENV
 
@@ -27,8 +28,6 @@ __all__ = ["build_parser", "main"]
 
 _log = logging.getLogger(__name__)
 
-#: Exit code for bad command-line input (argparse uses 2 as well).
-EXIT_USAGE = 2
 #: Exit code when the reader of stdout went away: 128 + SIGPIPE, what a shell reports for a
 #: command a closed pipe killed (``yes | head`` -> 141).
 EXIT_BROKEN_PIPE = 141

@@ -6,12 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from lmserde.cli.exit_codes import EXIT_USAGE
 from lmserde.plugin_template import create_plugin, plugin_names
 
 __all__ = ["add_parser", "run"]
 
-#: Exit code for a bad name or an occupied target directory.
-EXIT_USAGE = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -112,27 +112,27 @@ def _refuse_unused(opts: Mapping[str, Any], provider: str, *names: str) -> None:
             )
 
 
+def _required_path(opts: Mapping[str, Any], provider: str, option: str, how: str) -> str:
+    """The path option ``option`` that key_provider ``provider`` needs; ``KeyProviderError``
+    saying ``how`` to create the file when it is unset or empty."""
+    path = str(opts.get(option, ""))
+    if not path:
+        raise KeyProviderError(f"aesgcm serde '{provider}' requires '{option}' ({how})")
+    return path
+
+
 def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
     """The key provider that validated options ``opts`` select."""
     name = str(opts.get("key_provider", "hkdf"))
     insecure = bool(opts.get("allow_insecure_key_permissions", False))
     if name == "hkdf":
         _refuse_unused(opts, name, "keyring_path", "key_provider_options")
-        path = str(opts.get("master_key_path", ""))
-        if not path:
-            raise KeyProviderError(
-                "aesgcm serde 'hkdf' requires 'master_key_path' (create a key with "
-                "`lmserde keygen PATH`)"
-            )
+        path = _required_path(opts, name, "master_key_path", "create a key with `lmserde keygen PATH`")
         return HkdfKeyProvider.from_file(path, allow_insecure_permissions=insecure)
     if name == "keyring":
         _refuse_unused(opts, name, "master_key_path", "key_provider_options")
-        path = str(opts.get("keyring_path", ""))
-        if not path:
-            raise KeyProviderError(
-                "aesgcm serde 'keyring' requires 'keyring_path' (create one with "
-                "`lmserde keygen --keyring PATH --tenant NAME`)"
-            )
+        path = _required_path(opts, name, "keyring_path",
+                              "create one with `lmserde keygen --keyring PATH --tenant NAME`")
         interval = float(opts.get("keyring_reload_interval_s", DEFAULT_RELOAD_INTERVAL_S))
         return KeyringKeyProvider.from_file(path, allow_insecure_permissions=insecure,
                                             reload_interval_s=interval)

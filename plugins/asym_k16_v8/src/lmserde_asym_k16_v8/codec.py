@@ -86,26 +86,10 @@ def _check_cpu(t: torch.Tensor, what: str) -> None:
         raise ValueError(f"asym_k16_v8: {what} must be a CPU tensor, got device {t.device}")
 
 
-@lru_cache(maxsize=256)
-def _blob_header(
-    k_dtype: torch.dtype,
-    v_dtype: torch.dtype,
-    scale_dtype: torch.dtype,
-    k_len: int,
-    v_len: int,
-    scale_len: int,
-    scope: ScaleScope,
-) -> EncodedKVHeader:
-    # One instance per layout, so its length and packed bytes are computed once.
-    return EncodedKVHeader(
-        k_dtype=k_dtype,
-        v_dtype=v_dtype,
-        scale_dtype=scale_dtype,
-        k_payload_len=k_len,
-        v_payload_len=v_len,
-        scale_payload_len=scale_len,
-        scale_scope=scope,
-    )
+#: The header of a blob layout, built from the first seven :class:`EncodedKVHeader` fields (in
+#: their order: K, V and scale dtypes, K, V and scale payload lengths, scale scope). One instance
+#: per layout, so its length and packed bytes are computed once.
+_blob_header = lru_cache(maxsize=256)(EncodedKVHeader)
 
 
 @dataclass(frozen=True)

@@ -317,12 +317,9 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
-        if release and not self._io.closed:
-            try:
-                self._io.submit(lambda: self._delete_now(release))
-            except RuntimeError:  # closed meanwhile: the deferred delete is dropped
-                _log.debug("s3 adapter closed before a deferred delete of %d key(s)",
-                           len(release))
+        if release:
+            self._io.submit_detached(lambda: self._delete_now(release),
+                                     f"a deferred delete of {len(release)} key(s)")
 
     # -- load -----------------------------------------------------------------------------------
 
