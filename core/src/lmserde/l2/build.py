@@ -13,6 +13,7 @@ from lmserde.l2.discovery.registry import (
     get_l2_adapter_spec,
     get_registered_l2_adapter_types,
 )
+from lmserde.l2.serde.frame_keys import FRAME_KEY_OPTIONS, FrameKeyOptions, parse_frame_key_options
 from lmserde.serde_build import ResolvedSerde, as_serde_config, resolve_serde
 from lmserde.spec import SerdeSizeContract
 
@@ -32,7 +33,7 @@ __all__ = [
 
 SerdeConfigValue = SerdeConfig | list[SerdeConfig]
 #: Spec keys read by the serde wrapper, never passed to the adapter itself.
-_WRAPPER_KEYS = ("type", "serde", "serde_frame")
+_WRAPPER_KEYS = ("type", "serde", "serde_frame", *FRAME_KEY_OPTIONS)
 
 
 @dataclass
@@ -42,13 +43,16 @@ class L2AdapterConfig:
     ``serde_config`` is ``None`` (unwrapped), one :class:`~lmserde.SerdeConfig`, or a list of
     them (a chain, applied in order on store and in reverse on load). ``serde_frame`` (spec key
     ``"serde_frame"``, default true) says whether the serde wrapper frames stored objects; false
-    stores raw serde bytes, for an L2 shared with LMCache processes.
+    stores raw serde bytes, for an L2 shared with LMCache processes. ``frame_key`` (spec keys
+    ``"frame_key_path"`` or ``"frame_keyring_path"``) makes the frame authenticated (a keyed MAC
+    per tenant, :mod:`lmserde.l2.serde.authenticated_frame`).
     """
 
     type: str
     options: dict[str, Any] = field(default_factory=dict)
     serde_config: SerdeConfigValue | None = None
     serde_frame: bool = True
+    frame_key: FrameKeyOptions | None = None
 
 
 def parse_serde_config(value: Any) -> SerdeConfigValue:
@@ -83,7 +87,11 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
         raise ValueError(f"'serde_frame' must be true or false, got {frame!r}")
     if "serde_frame" in spec and serde_config is None:
         raise ValueError("'serde_frame' only applies to an adapter with a 'serde'")
-    return L2AdapterConfig(adapter_type, options, serde_config, frame)
+    frame_key = parse_frame_key_options(spec)
+    if frame_key is not None and (serde_config is None or not frame):
+        raise ValueError("'frame_key_path' / 'frame_keyring_path' authenticate the stored-object "
+                         "frame: they need a 'serde' and a framed adapter ('serde_frame' true)")
+    return L2AdapterConfig(adapter_type, options, serde_config, frame, frame_key)
 
 
 def resolve_serde_value(serde_config: SerdeConfigValue) -> ResolvedSerde | list[ResolvedSerde]:
@@ -164,8 +172,10 @@ def create_l2_adapter(
         )
     adapter_spec = get_l2_adapter_spec(config.type)
     options = adapter_spec.validate(config.type, config.options)
-    # the serde is looked up and validated before the adapter opens anything
+    # the serde is looked up and validated, and the frame key read, before the adapter opens
+    # anything
     resolved = resolve_serde_value(config.serde_config) if config.serde_config is not None else None
+    frame_keys = config.frame_key.open() if config.frame_key is not None else None
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if resolved is None:
         return adapter
@@ -181,10 +191,10 @@ def create_l2_adapter(
 
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,
-                                             repair=repair)
+                                             repair=repair, frame_keys=frame_keys)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
-                                     repair=repair)
+                                     repair=repair, frame_keys=frame_keys)
     except BaseException:
         if processor is not None:
             processor.close()

@@ -338,7 +338,7 @@ class LoadPath:
         final = Bitmap(task.num_keys)
         serialized = 0
         missed: dict[str, list[ObjectKey]] = {"decode": [], "foreign": [], "checksum": [],
-                                              "kept": []}
+                                              "auth": [], "kept": []}
         last_error: BaseException | None = None
         for slot, error in zip(task.hit_slots, errors):
             outcome = decode_outcome(error, confirmed=payload_confirmed(task, slot),
@@ -347,7 +347,7 @@ class LoadPath:
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
                 continue
-            if outcome in ("checksum", "foreign"):  # decoded from bytes that are not these:
+            if outcome in ("checksum", "auth", "foreign"):  # decoded from bytes not these:
                 scrub_destination(task.dst_items[slot])  # never handed back
             missed[outcome].append(task.keys[task.positions[slot]])
             last_error = error if outcome == "kept" else last_error
@@ -367,6 +367,8 @@ class LoadPath:
             self._reject(task, "foreign", foreign)
         if corrupt:
             self._reject(task, "checksum", corrupt)
+        if missed["auth"]:  # the MAC did not verify: not this reader's object, left in place
+            self._reject(task, "auth", missed["auth"])
         self._temps.release_written(task.temp_keys)
         stage = "deserialize" if failed else ("verify" if task.rejected else None)
         self._finish(task, final, stage, serialized)

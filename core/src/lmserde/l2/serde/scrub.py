@@ -42,7 +42,6 @@ from lmserde.l2.serde.stored_frame import (
     NOT_MINE_REASONS,
     FrameRejected,
     key_fingerprint,
-    parse_header,
     tensor_bytes,
 )
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
@@ -170,12 +169,15 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     if not load_sync(wrapper.inner_adapter, [key], [buf]).test(0):
         return "missing", None
     try:
-        header = parse_header(tensor_bytes(buf.raw_data[:min(size, FRAME_HEADER_BYTES)]))
+        header = framer.read_header(
+            tensor_bytes(buf.raw_data[:min(size, framer.header_bytes)]))
         if header.config_fingerprint != framer.config_id:  # before anything this config judges
             return "config", None
         if header.key_fingerprint != key_fingerprint(key):
             return "key", None
         layout = header.layout()
+        if layout is None and header.authenticated:  # the MAC covers the layout in full
+            return "undecoded", None
         bound = wrapper.payload_bound(layout) if layout is not None else size
         framer.open(buf, key, layout, bound)
     except FrameRejected as exc:
@@ -186,7 +188,8 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     if layout is None:
         return "undecoded", None
     # no payload checksum: the serde authenticates the payload, which only a decode checks
-    return ("ok" if header.payload_checksum is not None else "unchecked"), layout
+    return ("ok" if header.payload_checksum is not None or header.authenticated
+            else "unchecked"), layout
 
 
 class _Rejections:

@@ -35,8 +35,10 @@ from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
+from lmserde.l2.serde.authenticated_frame import AuthenticatedFramer
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
+from lmserde.l2.serde.frame_keys import FrameKeys
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.serde_shape import SerdeShape
@@ -97,6 +99,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     ``authenticates_output()``) followed by the serde's bytes. ``frame=False`` stores the serde's
     bytes alone, as LMCache does — for an L2 shared with LMCache processes; it gives up the
     detection of corrupted, moved and foreign objects for serdes without their own checks.
+    ``frame_keys`` (adapter option ``frame_key_path`` or ``frame_keyring_path``) makes it the
+    authenticated frame (version 2, :mod:`~lmserde.l2.serde.authenticated_frame`): a keyed MAC
+    per tenant over header, key, config, layout and payload instead of the checksum; frames
+    without a valid MAC are misses (``auth``). It needs ``frame=True``.
 
     A serialize result is checked before anything is written: the serde must have written at most
     its estimate, and exactly its estimate under an ``EXACT`` size contract.
@@ -137,6 +143,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         size_contract: SerdeSizeContract | None = None,
         frame: bool = True,
         repair: bool = True,
+        frame_keys: FrameKeys | None = None,
     ) -> None:
         super().__init__(inner_adapter.max_capacity_bytes)
         self._inner = inner_adapter
@@ -153,7 +160,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = self._make_framer(serde) if frame else None
+        if frame_keys is not None and not frame:
+            raise ValueError("a frame key authenticates the stored-object frame: it needs a "
+                             "framed adapter (drop 'serde_frame: false')")
+        self._framer = self._make_framer(serde, frame_keys) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
                        inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd()}
@@ -178,7 +188,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
             serde=serde, serde_type=self.serde_type, inner=inner_adapter,
             size_contract=self.size_contract, framer=self._framer,
             # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
-            head_last=checksummed and adapter_writes_head_last(inner_adapter),
+            head_last=(self._framer is not None and self._framer.defers_heads
+                       and adapter_writes_head_last(inner_adapter)),
             shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
             streaks=self._streaks)
         self._loads = LoadPath(
@@ -202,8 +213,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._loop.add_fd(serde.get_deserialize_event_fd(), self._loads.drain_deserialize)
         self._loop.start()
 
-    def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
+    def _make_framer(self, serde: SerdeProcessor, frame_keys: FrameKeys | None) -> ObjectFramer:
         try:
+            if frame_keys is not None:
+                return AuthenticatedFramer(serde.get_config(), frame_keys)
             framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
         except BaseException as exc:
             raise ValueError(
@@ -307,6 +320,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         status["serde_type"] = self.serde_type
         status["serde_size_contract"] = self.size_contract.value
         status["serde_framed"] = self._framer is not None
+        status["serde_frame_mode"] = "unframed" if self._framer is None else self._framer.describe()
         status["serde_replacing_stores"] = self._replacing_stores
         status["serde_wrapper"] = self._metrics.snapshot()
         status["serde_consecutive_failures"] = self._streaks.snapshot()
