@@ -14,6 +14,7 @@ from lmserde.l2.discovery.registry import (
     get_registered_l2_adapter_types,
 )
 from lmserde.l2.serde.frame_keys import FRAME_KEY_OPTIONS, FrameKeyOptions, parse_frame_key_options
+from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.serde_build import ResolvedSerde, as_serde_config, resolve_serde
 from lmserde.spec import SerdeSizeContract
 
@@ -176,6 +177,8 @@ def create_l2_adapter(
     # anything
     resolved = resolve_serde_value(config.serde_config) if config.serde_config is not None else None
     frame_keys = config.frame_key.open() if config.frame_key is not None else None
+    hidden_names = (NameHider(frame_keys.names_key())
+                    if frame_keys is not None and config.frame_key.hide_names else None)
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if resolved is None:
         return adapter
@@ -189,12 +192,17 @@ def create_l2_adapter(
         if resolve_placement(config.serde_config, processor) is StoragePlacementMode.KV_SPLIT_TIER:
             from lmserde.l2.split.adapter import create_split_tier_adapter
 
+            if hidden_names is not None:
+                raise ValueError("option 'hide_names' is not supported on a split-tier serde "
+                                 "yet (its K side keeps real keys)")
+
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,
                                              repair=repair, frame_keys=frame_keys)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
-                                     repair=repair, frame_keys=frame_keys)
+                                     repair=repair, frame_keys=frame_keys,
+                                     hidden_names=hidden_names)
     except BaseException:
         if processor is not None:
             processor.close()

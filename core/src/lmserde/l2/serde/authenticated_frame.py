@@ -7,12 +7,13 @@ Its header is 128 bytes (the payload stays 64-byte aligned); integers are little
     offset size field
      0      4   magic  b"LMSF"
      4      1   frame version (2)
-     5      1   flags: bit 1 = layout stored inline (bit 0, v1's checksum flag, is never set)
+     5      1   flags: bit 1 = layout stored inline, bit 2 = key record present (hidden names;
+                bit 0, v1's checksum flag, is never set)
      6      1   MAC suite: 1 = AES-256-GMAC under a per-object key
      7      1   reserved, zero
      8      8   payload length in bytes
     16      4   key version (of the object key's tenant) that keyed the MAC
-    20      4   reserved, zero
+    20      4   key record length (bit 2 set), else zero
     24      8   config fingerprint (as version 1)
     32      8   key fingerprint (as version 1)
     40     20   layout (as version 1)
@@ -20,6 +21,8 @@ Its header is 128 bytes (the payload stays 64-byte aligned); integers are little
     64     16   object salt: random, per object
     80     16   MAC tag
     96     32   reserved, zero
+   128   1024   only with hidden names (bit 2): the encrypted key record, zero-padded
+                (:mod:`~lmserde.l2.serde.hidden_names`); the payload then starts at 1152
 
 The MAC, with the tenant's MAC key at the header's key version (HKDF from the root key,
 :mod:`~.frame_keys`)::
@@ -69,6 +72,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.serde.frame_keys import FrameKeys, KeyNotHeld
+from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.l2.serde.payload_checksum import CHECKSUM_SEGMENT_BYTES, tensor_bytes, xxh3_64
 from lmserde.l2.serde.payload_checksum import _pool as _hash_pool
 from lmserde.l2.serde.stored_frame import (
@@ -108,7 +112,10 @@ _NONCE = bytes(12)
 _OBJECT_KEY_LABEL = b"lmserde frame v2 object key"
 
 _FLAG_LAYOUT_INLINE = 0x02
-_KNOWN_FLAGS = _FLAG_LAYOUT_INLINE
+_FLAG_KEY_RECORD = 0x04
+_KNOWN_FLAGS = _FLAG_LAYOUT_INLINE | _FLAG_KEY_RECORD
+#: Room for the encrypted key record of a hidden-names frame (after the 128 header bytes).
+KEY_RECORD_REGION = 1024
 _HEAD = struct.Struct("<4sBBBBQIIQQ20s")  # bytes 0..59
 _HEADER_CHECKSUM = struct.Struct("<I")
 _U32 = struct.Struct("<I")
@@ -116,18 +123,20 @@ assert _HEAD.size + _HEADER_CHECKSUM.size == FRAME_HEADER_BYTES
 
 
 def _head(payload_length: int, key_version: int, config_id: int, key: ObjectKey,
-          layout_bytes: tuple[bytes, bool]) -> bytes:
-    """Bytes 0..63 of an authenticated header."""
+          layout_bytes: tuple[bytes, bool], record_length: int | None) -> bytes:
+    """Bytes 0..63 of an authenticated header (``record_length``: of the key record, if any)."""
     field, inline = layout_bytes
-    head = _HEAD.pack(FRAME_MAGIC, AUTH_FRAME_VERSION, _FLAG_LAYOUT_INLINE if inline else 0,
-                      MAC_SUITE_GMAC, 0, payload_length, key_version, 0, config_id,
-                      key_fingerprint(key), field)
+    flags = ((_FLAG_LAYOUT_INLINE if inline else 0)
+             | (_FLAG_KEY_RECORD if record_length is not None else 0))
+    head = _HEAD.pack(FRAME_MAGIC, AUTH_FRAME_VERSION, flags, MAC_SUITE_GMAC, 0, payload_length,
+                      key_version, record_length or 0, config_id, key_fingerprint(key), field)
     return head + _HEADER_CHECKSUM.pack(xxh3_64(head) & 0xFFFFFFFF)
 
 
-def parse_auth_header(header: bytes | memoryview) -> tuple[FrameHeader, int]:
+def parse_auth_header(header: bytes | memoryview) -> tuple[FrameHeader, int, int | None]:
     """Parse and self-check an authenticated header (at least its first 64 bytes; salt, tag and
-    reserved tail are the framer's): the header and its key version. Raises
+    reserved tail are the framer's): the header, its key version and the length of its key
+    record (``None``: it has none). Raises
     :class:`FrameRejected`: ``auth`` for a version-1 frame (it carries no MAC), ``foreign`` for
     another magic, version, flags or suite, ``format`` for a short or self-inconsistent one."""
     if len(header) < FRAME_HEADER_BYTES:
@@ -146,7 +155,9 @@ def parse_auth_header(header: bytes | memoryview) -> tuple[FrameHeader, int]:
     (stored_check,) = _HEADER_CHECKSUM.unpack_from(raw, _HEAD.size)
     if stored_check != xxh3_64(raw[:_HEAD.size]) & 0xFFFFFFFF:
         raise FrameRejected("format", "header checksum mismatch")
-    if flags & ~_KNOWN_FLAGS or suite != MAC_SUITE_GMAC or reserved or reserved2:
+    record = reserved2 if flags & _FLAG_KEY_RECORD else None
+    if (flags & ~_KNOWN_FLAGS or suite != MAC_SUITE_GMAC or reserved
+            or (record is None and reserved2) or (record or 0) > KEY_RECORD_REGION):
         raise FrameRejected("foreign", f"unknown flags 0x{flags:02x}, MAC suite {suite} or "
                             "reserved bytes (written by another frame revision)")
     inline = bool(flags & _FLAG_LAYOUT_INLINE)
@@ -154,7 +165,7 @@ def parse_auth_header(header: bytes | memoryview) -> tuple[FrameHeader, int]:
                          config_fingerprint=config_id, key_fingerprint=key_id,
                          layout_field=field if inline else field[:8], layout_inline=inline,
                          authenticated=True)
-    return parsed, key_version
+    return parsed, key_version, record
 
 
 def _cpu_bytes(raw: torch.Tensor, what: str) -> None:
@@ -179,11 +190,13 @@ class AuthenticatedFramer(ObjectFramer):
     128-byte header; ``keys`` supplies the per-tenant MAC keys. Buffers must be contiguous CPU
     byte tensors (L1 temporaries are). Thread-safe."""
 
-    header_bytes = AUTH_HEADER_BYTES
-
-    def __init__(self, config: Mapping[str, Any], keys: FrameKeys) -> None:
+    def __init__(self, config: Mapping[str, Any], keys: FrameKeys,
+                 names: NameHider | None = None) -> None:
         super().__init__(config, checksum=False)  # no XXH3 checksum: the MAC replaces it
         self._keys = keys
+        self._names = names
+        #: With hidden names (``names``) the encrypted key record follows the 128 header bytes.
+        self.header_bytes = AUTH_HEADER_BYTES + (KEY_RECORD_REGION if names is not None else 0)
         self._config_digest = hashlib.sha256(_canonical_json(config)).digest()
         self._layout_codes: dict[MemoryLayoutDesc, bytes] = {}
 
@@ -198,15 +211,21 @@ class AuthenticatedFramer(ObjectFramer):
 
     def describe(self) -> str:
         """``"authenticated (AES-256-GMAC; <where the keys come from>)"``: no key material."""
-        return f"authenticated (AES-256-GMAC; {self._keys.describe()})"
+        hidden = ", hidden names" if self._names is not None else ""
+        return f"authenticated (AES-256-GMAC; {self._keys.describe()}){hidden}"
 
     def read_header(self, header: bytes | memoryview) -> FrameHeader:
         """Parse an authenticated header (:func:`parse_auth_header`)."""
         return parse_auth_header(header)[0]
 
+    @property
+    def names(self) -> NameHider | None:
+        """The name hider of a hidden-names framer."""
+        return self._names
+
     def payload_view(self, buffer: MemoryObj, bound: int) -> TensorMemoryObj:
         """A byte object over the payload region of ``buffer`` (at offset 128)."""
-        return self._views.view(buffer, AUTH_HEADER_BYTES, AUTH_HEADER_BYTES + bound,
+        return self._views.view(buffer, self.header_bytes, self.header_bytes + bound,
                                 hashing=False)
 
     def _layout_code(self, layout: MemoryLayoutDesc) -> bytes:
@@ -239,7 +258,7 @@ class AuthenticatedFramer(ObjectFramer):
         """Write the header with a zero tag, narrow ``buffer`` to the frame and start the MAC;
         the returned call gives the tag. :class:`KeyNotHeld` when the frame key has no key for
         the tenant; ``ValueError`` for an object too large to authenticate."""
-        total = AUTH_HEADER_BYTES + payload_length
+        total = self.header_bytes + payload_length
         if total > MAX_AUTH_OBJECT_BYTES:
             raise ValueError(f"an object of {total} bytes is larger than an authenticated frame "
                              f"can cover ({MAX_AUTH_OBJECT_BYTES} bytes)")
@@ -250,8 +269,16 @@ class AuthenticatedFramer(ObjectFramer):
         mac_key = self._keys.mac_key(tenant, version)
         salt = os.urandom(SALT_BYTES)
         object_key = self._object_key(mac_key, salt, key, self._layout_code(layout))
-        header = (_head(payload_length, version, self.config_id, key, self._layout_field(layout))
+        record = None if self._names is None else self._names.seal_record(key, salt)
+        if record is not None and len(record) > KEY_RECORD_REGION:
+            raise ValueError(f"the key's record takes {len(record)} bytes, more than a hidden-"
+                             f"names frame holds ({KEY_RECORD_REGION}): a model name or tenant "
+                             "this long cannot be stored with hide_names")
+        header = (_head(payload_length, version, self.config_id, key, self._layout_field(layout),
+                        None if record is None else len(record))
                   + salt + _ZERO_TAG + _ZERO_TAIL)
+        if record is not None:
+            header += record.ljust(KEY_RECORD_REGION, b"\0")
         _store_bytes(raw, 0, header)
         buffer.set_used_size(total)
         return self._start(lambda: _gmac(object_key, raw, total), payload_length)
@@ -272,7 +299,7 @@ class AuthenticatedFramer(ObjectFramer):
         pending = self._begin_seal(buffer, payload_length, key, layout)
         raw = buffer.raw_data
         return PendingHeader(pending, lambda tag: _store_bytes(raw, _TAG_AT, tag),
-                             head_bytes=AUTH_HEADER_BYTES)
+                             head_bytes=self.header_bytes)
 
     def open_deferred(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
                       bound: int, *, serde_hashes: bool = False,
@@ -286,10 +313,17 @@ class AuthenticatedFramer(ObjectFramer):
         raw = buffer.raw_data
         if size < FRAME_HEADER_BYTES:
             raise FrameRejected("format", f"object of {size} bytes is shorter than the header")
-        header, version = parse_auth_header(_get_header(raw))
-        if size < AUTH_HEADER_BYTES:
+        header, version, record = parse_auth_header(_get_header(raw))
+        if (record is None) != (self._names is None):
+            if record is None:  # a hidden-names reader requires the key record
+                raise FrameRejected("auth", "the frame carries no key record, which hidden "
+                                    "names require")
+            raise FrameRejected("foreign", "a hidden-names frame (this reader does not hide "
+                                "names)")
+        head_bytes = self.header_bytes
+        if size < head_bytes:
             raise FrameRejected("format", f"object of {size} bytes is shorter than the "
-                                f"{AUTH_HEADER_BYTES}-byte authenticated header")
+                                f"{head_bytes}-byte authenticated header")
         _cpu_bytes(raw, "opened")
         extension = ctypes.string_at(raw.data_ptr() + _SALT_AT, AUTH_HEADER_BYTES - _SALT_AT)
         if extension[_RESERVED_AT - _SALT_AT:] != _ZERO_TAIL:
@@ -298,7 +332,7 @@ class AuthenticatedFramer(ObjectFramer):
         salt = extension[:SALT_BYTES]
         stored_tag = extension[SALT_BYTES:SALT_BYTES + TAG_BYTES]
         layout_bytes = None if layout is None else self._layout_field(layout)
-        check_header(header, stored_payload_bytes=size - AUTH_HEADER_BYTES, payload_bound=bound,
+        check_header(header, stored_payload_bytes=size - head_bytes, payload_bound=bound,
                      config_id=self.config_id, key=key, layout_bytes=layout_bytes)
         if size > MAX_AUTH_OBJECT_BYTES:
             raise FrameRejected("length", f"an object of {size} bytes is larger than an "
@@ -315,7 +349,7 @@ class AuthenticatedFramer(ObjectFramer):
         object_key = self._object_key(mac_key, salt, key, layout_code)
         _store_bytes(raw, _TAG_AT, _ZERO_TAG)
         pending = self._start(lambda: _gmac(object_key, raw, size), size)
-        view = self._views.view(buffer, AUTH_HEADER_BYTES, size, hashing=False)
+        view = self._views.view(buffer, head_bytes, size, hashing=False)
 
         def confirm() -> None:
             if not hmac.compare_digest(pending(), stored_tag):
@@ -325,6 +359,20 @@ class AuthenticatedFramer(ObjectFramer):
             confirm()  # already computed: refuse before anything is decoded
             return view, _verified
         return view, confirm
+
+    def read_key_record(self, head: bytes, hidden: ObjectKey) -> ObjectKey:
+        """The real key in the key record of a hidden-names frame whose first
+        :attr:`header_bytes` bytes are ``head``, stored under ``hidden``. ``ValueError`` (or
+        :class:`FrameRejected`) when it is none, or not under this names key. The record is
+        authenticated by its own encryption; the frame's MAC is checked on load."""
+        if self._names is None:
+            raise ValueError("this framer does not hide names")
+        _header, _version, record = parse_auth_header(head)
+        if record is None or len(head) < AUTH_HEADER_BYTES + record:
+            raise ValueError("the frame carries no key record")
+        salt = head[_SALT_AT:_SALT_AT + SALT_BYTES]
+        return self._names.open_record(head[AUTH_HEADER_BYTES:AUTH_HEADER_BYTES + record], salt,
+                                       hidden)
 
     def _recorded_layout_code(self, header: FrameHeader) -> bytes:
         """The layout encoding for a MAC check without an expected layout (offline scrubbing):

@@ -42,7 +42,7 @@ _MAC_KEY_BYTES = 32
 _CACHE_LIMIT = 4096
 
 #: Adapter-spec keys of the frame key (read by the serde wrapper, never passed to the adapter).
-FRAME_KEY_OPTIONS = ("frame_key_path", "frame_keyring_path")
+FRAME_KEY_OPTIONS = ("frame_key_path", "frame_keyring_path", "hide_names")
 
 
 class KeyNotHeld(LookupError):
@@ -55,6 +55,8 @@ class FrameKeyOptions:
 
     key_path: str | None = None
     keyring_path: str | None = None
+    #: Store objects under keyed hashes of their keys (:mod:`lmserde.l2.serde.hidden_names`).
+    hide_names: bool = False
 
     def open(self) -> FrameKeys:
         """Read the key file or keyring now; ``KeyFileError``/``KeyringError`` (``ValueError``s
@@ -73,7 +75,14 @@ class FrameKeyOptions:
 def parse_frame_key_options(spec: Mapping[str, Any]) -> FrameKeyOptions | None:
     """The frame-key options of an adapter spec (``None`` when it names none). Strict: each is a
     non-empty string path, and at most one of them is given (``ValueError`` naming the option)."""
-    given = {name: spec[name] for name in FRAME_KEY_OPTIONS if name in spec}
+    hide_names = spec.get("hide_names", False)
+    if not isinstance(hide_names, bool):
+        raise ValueError(f"option 'hide_names' must be true or false, got {hide_names!r}")
+    given = {name: spec[name] for name in FRAME_KEY_OPTIONS[:2] if name in spec}
+    if hide_names and "frame_key_path" not in given:
+        raise ValueError("option 'hide_names' needs 'frame_key_path' (a frame key file): the "
+                         "real key travels in the authenticated frame, and names are hashed "
+                         "with a key derived from that file")
     for name, value in given.items():
         if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
             raise ValueError(f"option '{name}' must be a path to a key file (a non-empty string), "
@@ -86,7 +95,8 @@ def parse_frame_key_options(spec: Mapping[str, Any]) -> FrameKeyOptions | None:
     key_path = given.get("frame_key_path")
     keyring_path = given.get("frame_keyring_path")
     return FrameKeyOptions(None if key_path is None else os.fspath(key_path),
-                           None if keyring_path is None else os.fspath(keyring_path))
+                           None if keyring_path is None else os.fspath(keyring_path),
+                           hide_names)
 
 
 class FrameKeys:
@@ -129,6 +139,17 @@ class FrameKeys:
                     self._derived.clear()
                 self._derived[cache_key] = derived
         return derived
+
+    def names_key(self) -> bytes:
+        """The tenant-independent key hidden names are hashed with
+        (:func:`~lmserde.l2.serde.hidden_names.names_key_from_root` of the key file).
+        ``ValueError`` for a keyring, which has no tenant-independent secret."""
+        if not isinstance(self._provider, MasterKeyProvider):
+            raise ValueError("option 'hide_names' needs 'frame_key_path' (one key file): a "
+                             "keyring has no tenant-independent secret to hash names with")
+        from lmserde.l2.serde.hidden_names import names_key_from_root
+
+        return names_key_from_root(self._provider.root_secret("", 0))
 
     def describe(self) -> str:
         """Where the keys come from, never the keys (for status reports and logs)."""

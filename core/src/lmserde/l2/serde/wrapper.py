@@ -35,10 +35,16 @@ from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.poll_loop import PollLoop
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
-from lmserde.l2.serde.authenticated_frame import AuthenticatedFramer
+from lmserde.l2.serde.authenticated_frame import (
+    AUTH_HEADER_BYTES,
+    KEY_RECORD_REGION,
+    AuthenticatedFramer,
+)
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.frame_keys import FrameKeys
+from lmserde.l2.serde.hidden_names import NameHider
+from lmserde.l2.serde.hidden_names_adapter import HiddenNamesAdapter
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.serde_shape import SerdeShape
@@ -102,7 +108,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     ``frame_keys`` (adapter option ``frame_key_path`` or ``frame_keyring_path``) makes it the
     authenticated frame (version 2, :mod:`~lmserde.l2.serde.authenticated_frame`): a keyed MAC
     per tenant over header, key, config, layout and payload instead of the checksum; frames
-    without a valid MAC are misses (``auth``). It needs ``frame=True``.
+    without a valid MAC are misses (``auth``). It needs ``frame=True``. ``hidden_names``
+    (adapter option ``hide_names``, needs ``frame_keys``) stores every object under a keyed hash
+    of its key (:class:`~lmserde.l2.serde.hidden_names_adapter.HiddenNamesAdapter` over
+    ``inner``; ``inner_adapter`` is then that layer), with the real key encrypted in the frame.
 
     A serialize result is checked before anything is written: the serde must have written at most
     its estimate, and exactly its estimate under an ``EXACT`` size contract.
@@ -144,8 +153,18 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         frame: bool = True,
         repair: bool = True,
         frame_keys: FrameKeys | None = None,
+        hidden_names: NameHider | None = None,
     ) -> None:
         super().__init__(inner_adapter.max_capacity_bytes)
+        if hidden_names is not None:
+            if frame_keys is None or not frame:
+                raise ValueError("hide_names needs a frame key (frame_key_path): the real key "
+                                 "travels in the authenticated frame")
+            inner_adapter = HiddenNamesAdapter(
+                inner_adapter, hidden_names,
+                lambda head, hidden: self._auth_framer().read_key_record(head, hidden),
+                AUTH_HEADER_BYTES + KEY_RECORD_REGION)
+        self._hidden_names = hidden_names
         self._inner = inner_adapter
         self._serde = serde
         self._l1 = l1_manager
@@ -163,7 +182,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         if frame_keys is not None and not frame:
             raise ValueError("a frame key authenticates the stored-object frame: it needs a "
                              "framed adapter (drop 'serde_frame: false')")
-        self._framer = self._make_framer(serde, frame_keys) if frame else None
+        self._framer = self._make_framer(serde, frame_keys, hidden_names) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
                        inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd()}
@@ -213,10 +232,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
         self._loop.add_fd(serde.get_deserialize_event_fd(), self._loads.drain_deserialize)
         self._loop.start()
 
-    def _make_framer(self, serde: SerdeProcessor, frame_keys: FrameKeys | None) -> ObjectFramer:
+    def _make_framer(self, serde: SerdeProcessor, frame_keys: FrameKeys | None,
+                     hidden_names: NameHider | None) -> ObjectFramer:
         try:
             if frame_keys is not None:
-                return AuthenticatedFramer(serde.get_config(), frame_keys)
+                return AuthenticatedFramer(serde.get_config(), frame_keys, hidden_names)
             framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
         except BaseException as exc:
             raise ValueError(
@@ -248,6 +268,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
     def framed(self) -> bool:
         """Whether stored objects carry the stored-object frame."""
         return self._framer is not None
+
+    def _auth_framer(self) -> AuthenticatedFramer:
+        framer = self._framer
+        assert isinstance(framer, AuthenticatedFramer)
+        return framer
 
     @property
     def framer(self) -> ObjectFramer | None:
