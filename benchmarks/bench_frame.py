@@ -43,6 +43,7 @@ import torch
 from lmserde import MemoryLayoutDesc
 from lmserde.bench.frame_overhead import measure_frame_overhead
 from lmserde.l2 import FRAME_HEADER_BYTES
+from lmserde.l2.serde.authenticated_frame import AUTH_HEADER_BYTES
 from lmserde.l2.serde.stored_frame import payload_checksum
 from lmserde.tenant_keys import write_master_key
 
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['sources']} sources (CPU flags: "
           f"{report['cpu_flags']})")
     print(f"  XXH3-64 checksum {xxh3_gbs:.2f} GB/s = {xxh3_gbs / memcpy_gbs:.2f}x memcpy "
-          f"({memcpy_gbs:.2f} GB/s) in this run; {FRAME_HEADER_BYTES} bytes per object")
+          f"({memcpy_gbs:.2f} GB/s) in this run; "
+          f"{AUTH_HEADER_BYTES if args.frame_key else FRAME_HEADER_BYTES} bytes per object")
     for row in rows:
         lo, hi = row["overhead_range"]
         verdict = "meets" if row["paired_overhead"] <= goal else "misses"

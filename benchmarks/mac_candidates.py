@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 import xxhash
+from bench_frame import _cpu_flags  # the same CPU flags line as the frame benchmark
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.poly1305 import Poly1305
@@ -43,16 +44,6 @@ except ImportError:  # not a dependency of lmserde: `pip install blake3` to comp
     blake3 = None
 
 CHUNK_BYTES = 32 << 20
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ("avx2", "avx512f", "vaes", "vpclmulqdq", "sha_ni")
-    return " ".join(f for f in wanted if f in flags) or "none"
 
 
 def candidates() -> dict[str, Callable[[memoryview], object]]:

@@ -29,6 +29,7 @@ from lmserde.l2.serde.authenticated_frame import AUTH_HEADER_BYTES
 from lmserde.l2.serde.payload_checksum import xxh3_64
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, key_fingerprint
 from lmserde.tenant_keys import add_keyring_version, write_master_key
+from shipped_serdes import KV, shipped_serdes
 
 pytest.importorskip("lmserde_fp8")
 pytest.importorskip("lmserde_aesgcm")
@@ -36,27 +37,12 @@ pytest.importorskip("lmserde_turboquant")
 pytest.importorskip("lmserde_asym_k16_v8")
 pytest.importorskip("lmserde_zstd")
 
-KV = MemoryLayoutDesc([[2, 6, 16, 256]], [torch.bfloat16])
-KV2 = MemoryLayoutDesc([[4, 16, 2, 64], [4, 16, 2, 64]], [torch.bfloat16, torch.bfloat16])
 
 
 def _serdes(master_key: str) -> dict[str, tuple[Any, MemoryLayoutDesc]]:
-    """Every shipped serde, and chains (as the fail-closed campaign enumerates them)."""
-    aes = {"type": "aesgcm", "master_key_path": master_key}
-    return {
-        "identity": ({"type": "identity"}, KV),
-        "fp8": ({"type": "fp8"}, KV),
-        "fp8-per-token": ({"type": "fp8", "scaling": "per_token"}, KV),
-        "zstd": ({"type": "zstd"}, KV),
-        "aesgcm-v1": ({**aes, "frame_version": 1}, KV),
-        "aesgcm-v3": ({**aes, "frame_version": 3}, KV),
-        "turboquant_k8v4": ({"type": "turboquant", "preset": "turboquant_k8v4"}, KV),
-        "tq3": ({"type": "turboquant", "preset": "tq3"}, KV),
-        "asym_k16_v8": ({"type": "asym_k16_v8"}, KV2),
-        "fp8+aesgcm": ([{"type": "fp8"}, {**aes, "frame_version": 1}], KV),
-        "fp8+zstd": ([{"type": "fp8"}, {"type": "zstd"}], KV),
-        "identity+aesgcm-v3": ([{"type": "identity"}, aes], KV),
-    }
+    """Every shipped serde, preset family and chain (as the fail-closed campaign), plus zstd."""
+    return {**shipped_serdes(master_key), "zstd": ({"type": "zstd"}, KV),
+            "fp8+zstd": ([{"type": "fp8"}, {"type": "zstd"}], KV)}
 
 
 SERDE_NAMES = list(_serdes("").keys())

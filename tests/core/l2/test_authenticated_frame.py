@@ -16,11 +16,13 @@ from lmserde import MemoryLayoutDesc, ObjectKey
 from lmserde.l2.serde.authenticated_frame import (
     AUTH_FRAME_VERSION,
     AUTH_HEADER_BYTES,
+    KEY_RECORD_REGION,
     TAG_BYTES,
     AuthenticatedFramer,
 )
 from lmserde.l2.serde.frame_keys import FrameKeys
-from lmserde.l2.serde.stored_frame import FRAME_MAGIC, FrameRejected, ObjectFramer
+from lmserde.l2.serde.hidden_names import NameHider, names_key_from_root, parse_key_bytes
+from lmserde.l2.serde.stored_frame import FRAME_MAGIC, FrameRejected, ObjectFramer, key_bytes
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 from lmserde.tenant_keys import Keyring, KeyringKeyProvider, MasterKeyProvider
 
@@ -38,12 +40,12 @@ def _framer(root: bytes = ROOT, config: dict | None = None) -> AuthenticatedFram
     return AuthenticatedFramer(config or CONFIG, _keys(root))
 
 
-def _buffer(payload: bytes, bound: int | None = None) -> TensorMemoryObj:
+def _buffer(payload: bytes, bound: int | None = None, at: int = AUTH_HEADER_BYTES
+            ) -> TensorMemoryObj:
     bound = len(payload) if bound is None else bound
-    raw = torch.zeros(AUTH_HEADER_BYTES + bound, dtype=torch.uint8)
+    raw = torch.zeros(at + bound, dtype=torch.uint8)
     if payload:
-        raw[AUTH_HEADER_BYTES:AUTH_HEADER_BYTES + len(payload)] = torch.frombuffer(
-            bytearray(payload), dtype=torch.uint8)
+        raw[at:at + len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     return TensorMemoryObj.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
                                 fmt=MemoryFormat.BINARY_BUFFER)
 
@@ -179,3 +181,39 @@ def test_a_world_readable_key_file_is_refused(tmp_path: Path) -> None:
     path.chmod(0o640)
     with pytest.raises(ValueError, match="option 'frame_key_path'"):
         FrameKeyOptions(key_path=str(path)).open()
+
+
+def _hider() -> NameHider:
+    return NameHider(names_key_from_root(ROOT))
+
+
+def test_hidden_names_frames_carry_an_encrypted_key_record() -> None:
+    hidden_framer = AuthenticatedFramer(CONFIG, _keys(), _hider())
+    assert hidden_framer.header_bytes == AUTH_HEADER_BYTES + KEY_RECORD_REGION
+    buf = _buffer(PAYLOAD, at=hidden_framer.header_bytes)
+    hidden_framer.seal_deferred(buf, len(PAYLOAD), KEY, KV).finish_head()
+    stored = bytes(buf.raw_data[:buf.get_size()].tolist())
+    assert len(stored) == hidden_framer.header_bytes + len(PAYLOAD)
+    assert stored[5] & 0x04 and b"m/odel" not in stored and b"tenant" not in stored
+    assert _open(stored, framer=hidden_framer) == PAYLOAD
+    head = stored[:hidden_framer.header_bytes]
+    hidden = _hider().hidden(KEY)
+    assert hidden_framer.read_key_record(head, hidden) == KEY
+    assert hidden.model_name == "lmserde-hidden" and hidden.cache_salt == ""
+    with pytest.raises(ValueError):  # a record copied under another name does not list
+        hidden_framer.read_key_record(head, _hider().hidden(ObjectKey(b"x", "m", 0)))
+    other = AuthenticatedFramer(CONFIG, _keys(), NameHider(names_key_from_root(bytes(32))))
+    with pytest.raises(ValueError):  # another names key cannot read the record
+        other.read_key_record(head, hidden)
+    assert _reason(stored) == "foreign"  # a reader that does not hide names
+    assert _reason(_sealed(PAYLOAD), framer=hidden_framer) == "auth"  # no record: required
+    record = bytearray(stored)
+    record[AUTH_HEADER_BYTES + 3] ^= 1  # the record is under the MAC too
+    assert _reason(bytes(record), framer=hidden_framer) == "auth"
+
+
+def test_key_bytes_parse_back() -> None:
+    for key in (KEY, ObjectKey(b"", "", -5, 3, ""), ObjectKey(b"\xff" * 40, "m\udc80", 1, 0, "t")):
+        assert parse_key_bytes(key_bytes(key)) == key
+    with pytest.raises(ValueError):
+        parse_key_bytes(key_bytes(KEY) + b"\0")
