@@ -30,20 +30,24 @@ The MAC, with the tenant's MAC key at the header's key version (HKDF from the ro
     object_key = HMAC-SHA256(tenant MAC key, "lmserde frame v2 object key" || object salt
                              || u32 len || key bytes || SHA-256(canonical config)
                              || u32 len || layout encoding)
-    tag        = AES-256-GCM(object_key, nonce = 12 zero bytes, plaintext = empty,
-                             associated data = the whole stored object, tag bytes zeroed)
+    segment i  = bytes [4 MiB * i, 4 MiB * (i + 1)) of the stored object, its tag bytes zeroed
+                 (the last segment shorter; n = the number of segments, at least 1)
+    t_i        = AES-256-GCM(object_key, nonce = 4 zero bytes || u64 i,
+                             plaintext = empty, associated data = segment i)
+    tag        = AES-256-GCM(object_key, nonce = 4 bytes 0xff || u64 n,
+                             plaintext = empty, associated data = t_0 || ... || t_(n-1))
 
 The key bytes are every field of the object key (``stored_frame.key_bytes``), the layout
 encoding the full one (not the 20-byte field): the object key binds tenant (through the tenant's
 key), model, rank, group, chunk hash, config and layout in full, not only their 64-bit
-fingerprints, which a forger could collide; the GMAC covers the header and the payload. Every
-object has its own GCM key (a fresh random 128-bit salt), so the fixed nonce is never reused
-under one key. The MAC replaces the payload checksum: one keyed pass over the object, read in
-place (the header sits right before the payload), on the checksum threads while the adapter
-writes (store) or the serde decodes (load). AES-GMAC was chosen by measurement
-(``benchmarks/mac_candidates.py``; ``docs/formats/stored-object.md``). ``cryptography`` takes
-at most 2**31 - 1 bytes of associated data: a larger object cannot be stored with a frame key
-(its store fails, with a message saying so).
+fingerprints, which a forger could collide; the GMACs cover the header and the payload. Every
+object has its own GCM key (a fresh random 128-bit salt), and within an object every GMAC has
+its own nonce (segment index; the final one another prefix and the segment count, so segments
+cannot be reordered, dropped or added). The MAC replaces the payload checksum: one keyed pass
+over the object, read in place (the header sits right before the payload), its segments on the
+checksum threads in parallel while the adapter writes (store) or the serde decodes (load).
+AES-GMAC was chosen by measurement (``benchmarks/mac_candidates.py``;
+``docs/formats/stored-object.md``).
 
 Refusals, in order: a header cut short or failing its own checksum (``format``) or of another
 length than stored (``length``) is damage, as in version 1; no lmserde magic, another frame
@@ -92,7 +96,7 @@ from lmserde.l2.serde.stored_frame import (
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, TensorMemoryObj
 
-__all__ = ["AUTH_FRAME_VERSION", "AUTH_HEADER_BYTES", "MAC_SUITE_GMAC", "MAX_AUTH_OBJECT_BYTES",
+__all__ = ["AUTH_FRAME_VERSION", "AUTH_HEADER_BYTES", "KEY_RECORD_REGION", "MAC_SUITE_GMAC",
            "TAG_BYTES", "AuthenticatedFramer", "parse_auth_header"]
 
 AUTH_FRAME_VERSION = 2
@@ -100,15 +104,16 @@ AUTH_HEADER_BYTES = 128
 MAC_SUITE_GMAC = 1
 SALT_BYTES = 16
 TAG_BYTES = 16
-#: The largest stored object an authenticated frame can cover (``cryptography``'s limit on GCM
-#: associated data).
-MAX_AUTH_OBJECT_BYTES = 2**31 - 1
+#: The MAC's segment: each is one GMAC, run on the checksum threads in parallel.
+MAC_SEGMENT_BYTES = CHECKSUM_SEGMENT_BYTES
 _SALT_AT = FRAME_HEADER_BYTES
 _TAG_AT = _SALT_AT + SALT_BYTES
 _RESERVED_AT = _TAG_AT + TAG_BYTES
 _ZERO_TAIL = bytes(AUTH_HEADER_BYTES - _RESERVED_AT)
 _ZERO_TAG = bytes(TAG_BYTES)
-_NONCE = bytes(12)
+_SEGMENT_NONCE = struct.Struct("<4xQ")  # 4 zero bytes, the segment index
+_FINAL_NONCE_PREFIX = b"\xff" * 4
+_U64 = struct.Struct("<Q")
 _OBJECT_KEY_LABEL = b"lmserde frame v2 object key"
 
 _FLAG_LAYOUT_INLINE = 0x02
@@ -174,10 +179,25 @@ def _cpu_bytes(raw: torch.Tensor, what: str) -> None:
         raise ValueError(f"an authenticated frame is {what} in a contiguous CPU byte buffer only")
 
 
-def _gmac(object_key: bytes, raw: torch.Tensor, total: int) -> bytes:
-    """The GMAC tag of the stored object's first ``total`` bytes, read in place (its tag bytes
-    must be zero)."""
-    return AESGCM(object_key).encrypt(_NONCE, b"", tensor_bytes(raw[:total]).cast("B"))
+def _segment_tag(cipher: AESGCM, raw: torch.Tensor, index: int, total: int) -> bytes:
+    """The GMAC of segment ``index`` of the stored object's first ``total`` bytes (in place)."""
+    start = index * MAC_SEGMENT_BYTES
+    segment = tensor_bytes(raw[start:min(start + MAC_SEGMENT_BYTES, total)]).cast("B")
+    return cipher.encrypt(_SEGMENT_NONCE.pack(index), b"", segment)
+
+
+def _start_mac(object_key: bytes, raw: torch.Tensor, total: int) -> Callable[[], bytes]:
+    """Start the MAC of the stored object's first ``total`` bytes (its tag bytes zero), read in
+    place: one segment inline, more on the checksum threads in parallel. The returned call
+    waits for the tag; ``raw`` must stay unchanged until then."""
+    cipher = AESGCM(object_key)
+    count = max(1, -(-total // MAC_SEGMENT_BYTES))
+    final_nonce = _FINAL_NONCE_PREFIX + _U64.pack(count)
+    if count == 1:
+        tag = cipher.encrypt(final_nonce, b"", _segment_tag(cipher, raw, 0, total))
+        return lambda: tag
+    futures = [_hash_pool().submit(_segment_tag, cipher, raw, i, total) for i in range(count)]
+    return lambda: cipher.encrypt(final_nonce, b"", b"".join(f.result() for f in futures))
 
 
 def _store_bytes(raw: torch.Tensor, offset: int, data: bytes) -> None:
@@ -244,24 +264,12 @@ class AuthenticatedFramer(ObjectFramer):
                             self._config_digest, layout_code))
         return hmac.digest(mac_key, message, "sha256")
 
-    @staticmethod
-    def _start(job: Callable[[], bytes], nbytes: int) -> Callable[[], bytes]:
-        """``job`` on the checksum threads (inline for one checksum segment or less); the
-        returned call waits for its result."""
-        if nbytes <= CHECKSUM_SEGMENT_BYTES:
-            result = job()
-            return lambda: result
-        return _hash_pool().submit(job).result
-
     def _begin_seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
                     layout: MemoryLayoutDesc) -> Callable[[], bytes]:
         """Write the header with a zero tag, narrow ``buffer`` to the frame and start the MAC;
         the returned call gives the tag. :class:`KeyNotHeld` when the frame key has no key for
-        the tenant; ``ValueError`` for an object too large to authenticate."""
+        the tenant; ``ValueError`` for a key whose record does not fit (hidden names)."""
         total = self.header_bytes + payload_length
-        if total > MAX_AUTH_OBJECT_BYTES:
-            raise ValueError(f"an object of {total} bytes is larger than an authenticated frame "
-                             f"can cover ({MAX_AUTH_OBJECT_BYTES} bytes)")
         raw = buffer.raw_data
         _cpu_bytes(raw, "sealed")
         tenant = key.cache_salt
@@ -281,7 +289,7 @@ class AuthenticatedFramer(ObjectFramer):
             header += record.ljust(KEY_RECORD_REGION, b"\0")
         _store_bytes(raw, 0, header)
         buffer.set_used_size(total)
-        return self._start(lambda: _gmac(object_key, raw, total), payload_length)
+        return _start_mac(object_key, raw, total)
 
     def seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
              layout: MemoryLayoutDesc, *, checksum: int | None = None) -> None:
@@ -334,9 +342,6 @@ class AuthenticatedFramer(ObjectFramer):
         layout_bytes = None if layout is None else self._layout_field(layout)
         check_header(header, stored_payload_bytes=size - head_bytes, payload_bound=bound,
                      config_id=self.config_id, key=key, layout_bytes=layout_bytes)
-        if size > MAX_AUTH_OBJECT_BYTES:
-            raise FrameRejected("length", f"an object of {size} bytes is larger than an "
-                                "authenticated frame can cover")
         try:
             mac_key = self._keys.mac_key(key.cache_salt, version)
         except KeyNotHeld as exc:
@@ -348,14 +353,14 @@ class AuthenticatedFramer(ObjectFramer):
                        else self._recorded_layout_code(header))
         object_key = self._object_key(mac_key, salt, key, layout_code)
         _store_bytes(raw, _TAG_AT, _ZERO_TAG)
-        pending = self._start(lambda: _gmac(object_key, raw, size), size)
+        pending = _start_mac(object_key, raw, size)
         view = self._views.view(buffer, head_bytes, size, hashing=False)
 
         def confirm() -> None:
             if not hmac.compare_digest(pending(), stored_tag):
                 raise FrameRejected("auth", "the MAC does not verify under the frame key")
 
-        if size <= CHECKSUM_SEGMENT_BYTES:
+        if size <= MAC_SEGMENT_BYTES:
             confirm()  # already computed: refuse before anything is decoded
             return view, _verified
         return view, confirm
