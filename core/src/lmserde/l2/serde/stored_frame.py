@@ -21,9 +21,10 @@ raises :class:`FrameRejected` with a ``reason`` (:data:`REJECT_REASONS`); the wr
 into a miss for that key, and deletes the object only for a reason that proves it damaged
 (:data:`DAMAGE_REASONS`); an object another reader wrote (:data:`NOT_MINE_REASONS`) is left in
 place. The fingerprints detect accidents (a moved file, a changed config,
-bit rot), not an adversary who can rewrite the file: tenant isolation against tampering is the
-job of an authenticating serde (aesgcm frame v2), which is why such a serde may skip the
-payload checksum.
+bit rot), not an adversary who can rewrite the file: against tampering, an adapter's frame key
+makes the wrapper write the authenticated frame (version 2,
+:mod:`lmserde.l2.serde.authenticated_frame`), and an authenticating serde (aesgcm frame v2/v3)
+checks its own bytes, which is why such a serde may skip the payload checksum.
 
 XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
 measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``.

@@ -164,7 +164,6 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, QueuedResults, L2AdapterInte
                 inner_adapter, hidden_names,
                 lambda head, hidden: self._auth_framer().read_key_record(head, hidden),
                 AUTH_HEADER_BYTES + KEY_RECORD_REGION)
-        self._hidden_names = hidden_names
         self._inner = inner_adapter
         self._serde = serde
         self._l1 = l1_manager
