@@ -203,3 +203,36 @@ def test_hide_names_refuses_a_keyring(tmp_path: Path, l1: L1Manager) -> None:
     with pytest.raises(ValueError, match="needs 'frame_key_path'"):
         create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "serde": {"type": "fp8"},
                            "frame_keyring_path": str(ring), "hide_names": True}, l1)
+
+
+class _Heard:
+    def __init__(self) -> None:
+        self.stored: list[ObjectKey] = []
+        self.deleted: list[ObjectKey] = []
+
+    def on_l2_keys_stored(self, keys: list[ObjectKey], sizes: list[int]) -> None:
+        self.stored += keys
+
+    def on_l2_keys_deleted(self, keys: list[ObjectKey]) -> None:
+        self.deleted += keys
+
+
+def test_listeners_hear_real_keys(tmp_path: Path, frame_key: str, l1: L1Manager,
+                                  cache: Cache) -> None:
+    """Stored and deleted (evicted) keys reach the listeners as the real keys."""
+    wrapper = create_l2_adapter({"type": "fs", "base_path": str(tmp_path / "l2"),
+                                 "serde": {"type": "identity"}, "frame_key_path": frame_key,
+                                 "hide_names": True}, l1)
+    heard = _Heard()
+    try:
+        wrapper.register_listener(heard)
+        keys = _keys()[:3]
+        assert cache.store(wrapper, keys, objects_for(KV, 3)).is_successful()
+        assert sorted(heard.stored, key=repr) == sorted(keys, key=repr)
+        wrapper.delete(keys[:1])
+        assert heard.deleted == keys[:1]
+        wrapper.unregister_listener(heard)
+        wrapper.delete(keys[1:2])
+        assert heard.deleted == keys[:1]
+    finally:
+        wrapper.close()
