@@ -27,6 +27,7 @@ from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues
 from lmserde.l2.serde.failure_streaks import FailureStreaks
+from lmserde.l2.serde.frame_keys import KeyNotHeld
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.stored_frame import ObjectFramer
@@ -157,6 +158,12 @@ class StorePath:
             return
         try:
             self._seal(task)
+        except KeyNotHeld as exc:  # a tenant the frame key has no key for: nothing is stored
+            _log.warning("serde wrapper: store task %d: no frame key: %s", task.task_id, exc)
+            task.settle_heads()
+            self._temps.release_written(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), "frame_key")
+            return
         except ValueError as exc:
             _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
                          task.task_id, self._serde_type, exc)

@@ -35,8 +35,16 @@ from lmserde.l2.contract.inner_delegation import (
 )
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
+from lmserde.l2.serde.authenticated_frame import (
+    AUTH_HEADER_BYTES,
+    KEY_RECORD_REGION,
+    AuthenticatedFramer,
+)
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
+from lmserde.l2.serde.frame_keys import FrameKeys
+from lmserde.l2.serde.hidden_names import NameHider
+from lmserde.l2.serde.hidden_names_adapter import HiddenNamesAdapter
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.read_configs import (
@@ -92,6 +100,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     ``authenticates_output()``) followed by the serde's bytes. ``frame=False`` stores the serde's
     bytes alone, as LMCache does — for an L2 shared with LMCache processes; it gives up the
     detection of corrupted, moved and foreign objects for serdes without their own checks.
+    ``frame_keys`` (adapter option ``frame_key_path`` or ``frame_keyring_path``) makes it the
+    authenticated frame (version 2, :mod:`~lmserde.l2.serde.authenticated_frame`): a keyed MAC
+    per tenant over header, key, config, layout and payload instead of the checksum; frames
+    without a valid MAC are misses (``auth``). It needs ``frame=True``. ``hidden_names``
+    (adapter option ``hide_names``, needs ``frame_keys``) stores every object under a keyed hash
+    of its key (:class:`~lmserde.l2.serde.hidden_names_adapter.HiddenNamesAdapter` over
+    ``inner``; ``inner_adapter`` is then that layer), with the real key encrypted in the frame.
 
     A serialize result is checked before anything is written: the serde must have written at most
     its estimate, and exactly its estimate under an ``EXACT`` size contract.
@@ -143,7 +158,17 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         frame: bool = True,
         repair: bool = True,
         read_also: Sequence[ReadAlsoSerde] = (),
+        frame_keys: FrameKeys | None = None,
+        hidden_names: NameHider | None = None,
     ) -> None:
+        if hidden_names is not None:
+            if frame_keys is None or not frame:
+                raise ValueError("hide_names needs a frame key (frame_key_path): the real key "
+                                 "travels in the authenticated frame")
+            inner_adapter = HiddenNamesAdapter(
+                inner_adapter, hidden_names,
+                lambda head, hidden: self._auth_framer().read_key_record(head, hidden),
+                AUTH_HEADER_BYTES + KEY_RECORD_REGION)
         self._serde = serde
         self._l1 = l1_manager
         self.serde_type = serde_type or serde.serde_type or type(serde).__name__
@@ -157,15 +182,18 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = framer_for(serde, self.serde_type) if frame else None
-        checksummed = self._framer is not None and self._framer.checksum
+        if frame_keys is not None and not frame:
+            raise ValueError("a frame key authenticates the stored-object frame: it needs a "
+                             "framed adapter (drop 'serde_frame: false')")
+        self._framer = framer_for(serde, self.serde_type, frame_keys, hidden_names) if frame else None
         primary = config_reader(serde, self.serde_type, self._framer)
         if read_also and not reports_sizes:
             raise ValueError(
                 f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
                 f"redis, s3): '{backend}' does not, and a load must size its buffer to "
                 "the object whichever config wrote it")
-        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary)])
+        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary,
+                                                                    frame_keys, hidden_names)])
         read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
                        inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
@@ -190,7 +218,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             serde=serde, serde_type=self.serde_type, inner=inner_adapter,
             size_contract=self.size_contract, framer=self._framer,
             # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
-            head_last=checksummed and adapter_writes_head_last(inner_adapter),
+            head_last=(self._framer is not None and self._framer.defers_heads
+                       and adapter_writes_head_last(inner_adapter)),
             shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
             streaks=self._streaks)
         self._loads = LoadPath(
@@ -225,6 +254,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     def framed(self) -> bool:
         """Whether stored objects carry the stored-object frame."""
         return self._framer is not None
+
+    def _auth_framer(self) -> AuthenticatedFramer:
+        framer = self._framer
+        assert isinstance(framer, AuthenticatedFramer)
+        return framer
 
     @property
     def framer(self) -> ObjectFramer | None:
@@ -297,6 +331,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             "serde_wrapped": True, "serde_type": self.serde_type,
             "serde_size_contract": self.size_contract.value,
             "serde_framed": self._framer is not None,
+            "serde_frame_mode": "unframed" if self._framer is None else self._framer.describe(),
             "serde_read_also": self._readers.labels[1:],
             "serde_replacing_stores": self._replacing_stores,
             "serde_wrapper": self._metrics.snapshot(),
