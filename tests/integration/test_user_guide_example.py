@@ -118,15 +118,19 @@ def test_multi_tenant_keyring_config_round_trips_and_shreds(tmp_path: Path) -> N
 
 def test_multi_tenant_hidden_names_config_round_trips_without_revealing_names(
         tmp_path: Path) -> None:
-    """§8's hidden-names config: every tenant round-trips, and no stored name shows a model,
-    chunk hash or tenant."""
+    """§8's hidden-names config: every tenant round-trips, no stored name shows a model, chunk
+    hash or tenant, and after ``tenant forget`` scrub (listing through the key records) reclaims
+    exactly the forgotten tenant's object."""
     pytest.importorskip("lmserde_fp8")
     pytest.importorskip("lmserde_aesgcm")
+    from lmserde.cli.main import main
+    from lmserde.l2.serde.scrub import scrub_adapter
+
     config = _guide_config("multi-tenant-hidden-names", tmp_path)
     keys, adapter = _guide_round_trip(config)
+    by_tenant = lambda ks: sorted(ks, key=lambda k: k.cache_salt)  # noqa: E731
     try:
-        assert sorted(adapter.list_l2_keys(), key=lambda k: k.cache_salt) == sorted(
-            keys, key=lambda k: k.cache_salt)
+        assert by_tenant(adapter.list_l2_keys()) == by_tenant(keys)
     finally:
         adapter.close()
     names = [p.name for p in (tmp_path / "kv").rglob("*")]
@@ -134,3 +138,11 @@ def test_multi_tenant_hidden_names_config_round_trips_without_revealing_names(
     for name in names:
         assert "guide" not in name and "model" not in name and "tenant" not in name
         assert not any(key.chunk_hash.hex() in name for key in keys)
+    assert main(["tenant", "forget", str(tmp_path / "keyring.json"), "tenant-a"]) == 0
+    reader = create_l2_adapter(config, L1Manager(64 << 20))
+    try:
+        report = scrub_adapter(reader, delete_unkeyed=True)
+        assert report.unkeyed == keys[:1] and report.unkeyed_deleted == 1 and report.ok == 2
+        assert by_tenant(reader.list_l2_keys()) == by_tenant(keys[1:])
+    finally:
+        reader.close()
