@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
-import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +21,8 @@ from lmserde.cli.main import main
 from lmserde.l1 import L1Manager
 from lmserde.l2 import L2AdapterInterface, create_l2_adapter, key_file_name
 from lmserde.tenant_keys import Keyring, read_keyring_file
+from lmserde.testing import wait_until
+from second_reader import read_across_a_change
 from shipped_serdes import KV
 
 pytest.importorskip("lmserde_fp8")
@@ -77,11 +75,9 @@ def _rejections(adapter: L2AdapterInterface) -> dict[str, int]:
     return dict(adapter.metrics()["rejections"])  # type: ignore[attr-defined]
 
 
-def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(RELOAD_S)
+def _until(condition: Callable[[], bool], what: str) -> None:
+    """Wait (on a deadline) for a change of the ring to reach the running wrapper."""
+    wait_until(condition, what, 10.0, retry_on=())
 
 
 def test_forget_on_the_frame_ring_makes_the_tenants_objects_kept_unkeyed_misses(
@@ -131,47 +127,10 @@ def test_no_key_left_in_the_frame_ring_authenticates_a_forgotten_tenants_object(
 def test_a_second_process_picks_up_forget_on_the_frame_ring(
         tmp_path: Path, wrapper: L2AdapterInterface, ring: Path, cache: Cache) -> None:
     assert _store_ok(cache, wrapper, ALICE[:1]) and _store_ok(cache, wrapper, BOB[:1], seed=1)
-    reader = textwrap.dedent("""
-        import json, sys, time
-        import torch
-        from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
-        from lmserde.l1 import L1Manager
-        from lmserde.l2 import create_l2_adapter, load_sync
-        spec, shape = json.loads(sys.argv[1]), json.loads(sys.argv[3])
-        keys = [ObjectKey(bytes.fromhex(h), m, r, g, s) for h, m, r, g, s in json.loads(sys.argv[2])]
-        adapter = create_l2_adapter(spec, L1Manager(64 << 20))
-        layout = MemoryLayoutDesc([shape], [torch.bfloat16])
-        def hits():
-            outs = [TensorMemoryObj.allocate(layout) for _ in keys]
-            bitmap = load_sync(adapter, keys, outs)
-            return [bitmap.test(i) for i in range(len(keys))]
-        print("ready", hits(), flush=True)
-        sys.stdin.readline()  # the parent forgot alice
-        deadline = time.monotonic() + 10
-        while hits() != [False, True] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        print("after", hits(), sorted(adapter.metrics()["rejections"]), flush=True)
-        adapter.close()
-    """)
-    keys = [[k.chunk_hash.hex(), k.model_name, k.kv_rank, k.object_group_id, k.cache_salt]
-            for k in (ALICE[0], BOB[0])]
-    child = subprocess.Popen(
-        [sys.executable, "-c", reader, json.dumps(_spec(tmp_path / "l2", ring)),
-         json.dumps(keys), json.dumps(list(KV.shapes[0]))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip().split(maxsplit=1) == ["ready", "[True, True]"]
-        assert main(["tenant", "forget", str(ring), "alice"]) == 0
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip().split(maxsplit=1) == [
-            "after", "[False, True] ['unkeyed']"]
-        assert child.wait(timeout=30) == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    before, after, reasons = read_across_a_change(
+        _spec(tmp_path / "l2", ring), [ALICE[0], BOB[0]], KV,
+        lambda: main(["tenant", "forget", str(ring), "alice"]), [False, True])
+    assert (before, after, reasons) == ([True, True], [False, True], ["unkeyed"])
 
 
 def test_scrub_delete_unkeyed_reclaims_only_the_forgotten_tenants_frames(
