@@ -145,6 +145,38 @@ class _TensorStats:
         return TensorError(rel, cosine, self.max_abs, self.exact, self.nonfinite)
 
 
+@dataclass
+class _AttentionSums:
+    """Running sums of the attention errors over every chunk compared: squared logit errors and
+    their reference, the largest logit error, the total variation of the weights per query row,
+    the largest weight error, squared output errors and their reference."""
+
+    logit_sq_err: float = 0.0
+    logit_sq_ref: float = 0.0
+    logit_max: float = 0.0
+    tv_sum: float = 0.0
+    rows: int = 0
+    weight_max: float = 0.0
+    out_sq_err: float = 0.0
+    out_sq_ref: float = 0.0
+
+    def add(self, ref: ChunkReference, logits: torch.Tensor, weights: torch.Tensor,
+            out: torch.Tensor) -> None:
+        """Add one chunk's attention (``logits``, ``weights``, ``out`` computed from the decoded
+        K/V) against ``ref``'s."""
+        diff = (logits - ref.logits).flatten()
+        self.logit_sq_err += float(torch.dot(diff, diff))
+        self.logit_sq_ref += ref.logits_sq
+        self.logit_max = max(self.logit_max, float(torch.linalg.vector_norm(diff, ord=math.inf)))
+        wdiff = (weights - ref.weights).abs()
+        self.tv_sum += 0.5 * float(wdiff.sum(dtype=torch.float64))
+        self.rows += wdiff.numel() // wdiff.shape[-1]
+        self.weight_max = max(self.weight_max, float(wdiff.max()))
+        odiff = (out - ref.out).flatten()
+        self.out_sq_err += float(torch.dot(odiff, odiff))
+        self.out_sq_ref += ref.out_sq
+
+
 class QualityAccumulator:
     """Accumulates :class:`QualityMetrics` over chunks.
 
@@ -159,14 +191,7 @@ class QualityAccumulator:
         self.queries = queries
         self._k = _TensorStats()
         self._v = _TensorStats()
-        self._logit_sq_err = 0.0
-        self._logit_sq_ref = 0.0
-        self._logit_max = 0.0
-        self._tv_sum = 0.0
-        self._rows = 0
-        self._weight_max = 0.0
-        self._out_sq_err = 0.0
-        self._out_sq_ref = 0.0
+        self._attention = _AttentionSums()
         self._queries_seen: int | None = None
 
     def add(self, original: KVChunk | ChunkReference, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -181,23 +206,13 @@ class QualityAccumulator:
             )
         k = self._k.add(chunk.keys, ref.norms_sq["keys"], keys).view(keys.shape)
         v = self._v.add(chunk.values, ref.norms_sq["values"], values).view(values.shape)
-        logits, weights, out = _attention(ref.q, k, v)
-        diff = (logits - ref.logits).flatten()
-        self._logit_sq_err += float(torch.dot(diff, diff))
-        self._logit_sq_ref += ref.logits_sq
-        self._logit_max = max(self._logit_max, float(torch.linalg.vector_norm(diff, ord=math.inf)))
-        wdiff = (weights - ref.weights).abs()
-        self._tv_sum += 0.5 * float(wdiff.sum(dtype=torch.float64))
-        self._rows += wdiff.numel() // wdiff.shape[-1]
-        self._weight_max = max(self._weight_max, float(wdiff.max()))
-        odiff = (out - ref.out).flatten()
-        self._out_sq_err += float(torch.dot(odiff, odiff))
-        self._out_sq_ref += ref.out_sq
+        self._attention.add(ref, *_attention(ref.q, k, v))
         self._queries_seen = ref.queries
 
     def result(self) -> QualityMetrics:
         """The metrics over every chunk added so far (at least one)."""
-        if not self._rows:
+        sums = self._attention
+        if not sums.rows:
             raise ValueError("no chunk was compared")
 
         def rel(err: float, ref: float) -> float:
@@ -207,10 +222,10 @@ class QualityAccumulator:
             keys=self._k.result(),
             values=self._v.result(),
             overall=self._k.merged(self._v).result(),
-            attn_logit_rel_err=rel(self._logit_sq_err, self._logit_sq_ref),
-            attn_logit_max_abs_err=self._logit_max,
-            attn_weight_tv=self._tv_sum / self._rows,
-            attn_weight_max_abs_err=self._weight_max,
-            attn_output_rel_err=rel(self._out_sq_err, self._out_sq_ref),
+            attn_logit_rel_err=rel(sums.logit_sq_err, sums.logit_sq_ref),
+            attn_logit_max_abs_err=sums.logit_max,
+            attn_weight_tv=sums.tv_sum / sums.rows,
+            attn_weight_max_abs_err=sums.weight_max,
+            attn_output_rel_err=rel(sums.out_sq_err, sums.out_sq_ref),
             queries_per_head=self._queries_seen or self.queries,
         )
