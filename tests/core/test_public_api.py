@@ -43,7 +43,7 @@ def test_every_exported_name_resolves_to_its_module(name: str) -> None:
 #: Every package of core that exports names: each does it the same way (``lazy_loader`` reading
 #: its ``__init__.pyi``).
 PACKAGES = ["lmserde.l1", "lmserde.l2", "lmserde.bench", "lmserde.lmcache", "lmserde.testing",
-            "lmserde.tenant_keys"]
+            "lmserde.tenant_keys", "lmserde.adaptive"]
 CORE = Path(lmserde.__file__).parent
 
 

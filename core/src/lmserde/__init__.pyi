@@ -44,6 +44,7 @@ from .multi import layout_desc_to_group as layout_desc_to_group
 from .multi import single_to_multi_deserializer as single_to_multi_deserializer
 from .multi import single_to_multi_serializer as single_to_multi_serializer
 from .multi import validate_group_size as validate_group_size
+from .observability import PolicyChangeEvent as PolicyChangeEvent
 from .observability import SerdeTaskEvent as SerdeTaskEvent
 from .observability import WrapperTaskEvent as WrapperTaskEvent
 from .options import SerdeOption as SerdeOption

@@ -30,7 +30,7 @@ import pluggy
 
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.event_delivery import EventDelivery
-from lmserde.observability import SerdeTaskEvent, WrapperTaskEvent
+from lmserde.observability import PolicyChangeEvent, SerdeTaskEvent, WrapperTaskEvent
 from lmserde.plugin_discovery import EntryPointGroup, PluginLoadError, PluginRecord
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "hook_plugin_records",
     "emit_serde_task_event",
     "emit_wrapper_task_event",
+    "emit_policy_change_event",
     "flush_events",
     "event_delivery_stats",
     "reset_plugin_manager",
@@ -70,6 +71,10 @@ class CoreHookSpecs:
     @hookspec
     def lmserde_wrapper_task_finished(self, event: WrapperTaskEvent) -> None:
         """A serde-wrapped L2 store or load task finished."""
+
+    @hookspec
+    def lmserde_policy_changed(self, event: PolicyChangeEvent) -> None:
+        """The ``auto`` policy changed the candidate it stores new objects with."""
 
     @hookspec
     def lmserde_add_cli_commands(self, subparsers: argparse._SubParsersAction) -> None:
@@ -244,3 +249,8 @@ def emit_serde_task_event(event: SerdeTaskEvent) -> None:
 def emit_wrapper_task_event(event: WrapperTaskEvent) -> None:
     """Deliver a wrapper event like :func:`emit_serde_task_event` (never loads, never raises)."""
     _emit("lmserde_wrapper_task_finished", event=event)
+
+
+def emit_policy_change_event(event: PolicyChangeEvent) -> None:
+    """Deliver a policy change like :func:`emit_serde_task_event` (never loads, never raises)."""
+    _emit("lmserde_policy_changed", event=event)

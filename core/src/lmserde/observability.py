@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SerdeTaskEvent", "WrapperTaskEvent"]
+__all__ = ["SerdeTaskEvent", "WrapperTaskEvent", "PolicyChangeEvent"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,26 @@ class WrapperTaskEvent:
     failed_stage: str | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyChangeEvent:
+    """The ``auto`` policy (:class:`lmserde.adaptive.AutoPolicy`) changed the candidate it stores
+    new objects with.
+
+    ``policy`` names the policy (its owner's name, e.g. the adapter); ``previous`` is ``None`` for
+    the first choice (``reason`` ``"initial"``), else the candidate used until now (``reason``
+    ``"measured"``: the measurements favoured ``current``). ``decisions`` counts the objects
+    decided so far; ``expected_seconds_per_gib`` is each measured candidate's expected store +
+    load time of 1 GiB of raw KV bytes at the moment of the change; ``store_bytes_per_second`` /
+    ``load_bytes_per_second`` are the adapter's measured throughputs (``None``: not measured yet).
+    """
+
+    policy: str
+    previous: str | None
+    current: str
+    reason: str
+    decisions: int
+    expected_seconds_per_gib: dict[str, float] = field(default_factory=dict)
+    store_bytes_per_second: float | None = None
+    load_bytes_per_second: float | None = None

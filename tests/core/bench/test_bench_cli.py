@@ -17,7 +17,8 @@ Bench = Callable[..., tuple[int, str, str]]
 BenchJson = Callable[..., dict[str, Any]]
 
 TOP_FIELDS = {"schema_version", "lmserde_version", "source", "settings", "machine", "tiers",
-              "results", "recommendations", "notes", "elapsed_seconds", "frame"}
+              "results", "recommendations", "notes", "elapsed_seconds", "frame",
+              "adapter_bandwidth", "policy"}
 FRAME_FIELDS = {"serde", "bytes_per_object", "chunk_bytes", "rounds", "framed_ms", "unframed_ms",
                 "overhead", "overhead_range", "paired_overhead", "paired_extra_ms",
                 "pairs", "paired_extra_ms_interval", "paired_overhead_interval",
@@ -32,14 +33,15 @@ SETTINGS_FIELDS = {"chunks", "repeat", "workers", "seed", "adapter", "queries_pe
 RESULT_FIELDS = {"label", "config", "status", "ok", "error", "lossy", "size_contract", "chunk_form",
                  "raw_bytes_per_chunk", "stored_bytes_per_chunk", "compression_ratio",
                  "encode_gbps", "decode_gbps", "encode_ms_per_chunk", "decode_ms_per_chunk",
-                 "codec_rounds",
+                 "codec_rounds", "encode_ms_rounds", "decode_ms_rounds",
                  "store_ms_p50", "load_ms_p50", "wrapper_stage_ms_p50", "quality", "acceptable",
                  "break_even_gbps", "tier_load_ms", "warnings", "placement", "l1_bytes_per_chunk"}
 TENSOR_FIELDS = {"rel_mse", "cosine", "max_abs_err", "bit_exact", "nonfinite"}
 QUALITY_FIELDS = {"keys", "values", "overall", "attn_logit_rel_err", "attn_logit_max_abs_err",
                   "attn_weight_tv", "attn_weight_max_abs_err", "attn_output_rel_err",
                   "queries_per_head", "bit_exact"}
-RECOMMENDATION_FIELDS = {"tier", "gbps", "serde", "load_ms", "raw_load_ms", "speedup_vs_raw", "text"}
+RECOMMENDATION_FIELDS = {"tier", "gbps", "serde", "load_ms", "raw_load_ms", "speedup_vs_raw", "text",
+                         "within_noise"}
 
 
 def _result(report: dict[str, Any], label: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Tier", "DEFAULT_TIERS", "break_even_bandwidth", "load_seconds", "parse_tier"]
+__all__ = ["Tier", "DEFAULT_TIERS", "break_even_bandwidth", "load_seconds", "parse_tier",
+           "parse_bandwidth"]
 
 GB = 1e9
 
@@ -62,12 +63,35 @@ def load_seconds(stored_bytes: float, decode_seconds: float, bytes_per_second: f
     return stored_bytes / bytes_per_second + decode_seconds
 
 
-_TIER_RE = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<gbps>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
+_BANDWIDTH_RE = re.compile(
+    r"^\s*(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>(?:[kKMG]i?)?B/s)?\s*$")
+_UNITS = {"B/s": 1.0, "kB/s": 1e3, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9,
+          "KiB/s": 2.0**10, "kiB/s": 2.0**10, "MiB/s": 2.0**20, "GiB/s": 2.0**30}
+
+
+def parse_bandwidth(text: str) -> float:
+    """A bandwidth (``"0.1GB/s"``, ``"100 MB/s"``, ``"2GiB/s"``, or a bare number of GB/s) in
+    GB/s (1e9 B/s); ``ValueError`` for anything else or a value that is not positive."""
+    match = _BANDWIDTH_RE.match(text)
+    unit = match["unit"] or "GB/s" if match else ""
+    if not match or unit not in _UNITS or not float(match["value"]) > 0:
+        raise ValueError(f"expected a positive bandwidth such as 0.1GB/s, 100MB/s or 3 (GB/s), "
+                         f"got {text!r}")
+    return float(match["value"]) * _UNITS[unit] / GB
+
+
+_TIER_RE = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<bandwidth>.+?)\s*$")
 
 
 def parse_tier(text: str) -> Tier:
-    """``"NAME=GBPS"`` (e.g. ``"nvme-gen5=12"``) as a :class:`Tier`; ``ValueError`` otherwise."""
+    """``"NAME=BANDWIDTH"`` (e.g. ``"nvme-gen5=12"``, GB/s, or ``"s3=80MB/s"``) as a
+    :class:`Tier`; ``ValueError`` otherwise."""
     match = _TIER_RE.match(text)
-    if not match or float(match["gbps"]) <= 0:
-        raise ValueError(f"--tier expects NAME=GB/s with a positive number (e.g. nvme=3), got {text!r}")
-    return Tier(match["name"], float(match["gbps"]), "given with --tier")
+    try:
+        gbps = parse_bandwidth(match["bandwidth"]) if match else 0.0
+    except ValueError:
+        gbps = 0.0
+    if not gbps:
+        raise ValueError(f"--tier expects NAME=GB/s with a positive number (e.g. nvme=3 or "
+                         f"s3=80MB/s), got {text!r}")
+    return Tier(match["name"], gbps, "given with --tier")

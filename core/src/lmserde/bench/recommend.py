@@ -8,17 +8,27 @@ acceptable serde with the shortest modelled load time (:func:`~lmserde.bench.bre
 is recommended if it beats loading raw bytes; otherwise the advice is to store raw bytes.
 Split-tier serdes (K kept in L1, only V stored) are never recommended: their stored bytes leave
 out the half that stays in host memory.
+
+**Measurement noise.** A serde's modelled load time on a tier is one value per timed codec round
+(``stored / B`` plus that round's decode time per chunk); its median carries the sign-test
+interval of :func:`~lmserde.bench.median_interval.median_interval` (the frame line's). A serde
+whose interval reaches raw bytes' load time is *within noise of raw*: raw bytes are recommended
+and the text says so. Serdes whose intervals overlap the fastest one's are *within noise of each
+other*: the text names them all, and the one recommended is chosen by properties a rerun does not
+change — lossless before lossy, then the fewest stored bytes, then the label — so two runs on a
+quiet machine give the same answer instead of flipping between near-equal serdes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lmserde.bench.breakeven import Tier, load_seconds
+from lmserde.bench.breakeven import Tier
+from lmserde.bench.median_interval import MedianInterval, median_interval
 from lmserde.bench.report import Recommendation, SerdeResult
 
 __all__ = ["DEFAULT_MAX_ATTN_ERROR", "DEFAULT_MAX_OUTPUT_ERROR", "is_acceptable", "recommend",
-           "format_bandwidth"]
+           "format_bandwidth", "load_ms_interval"]
 
 #: Default bar on the attention-weight error: at most 5% of the attention mass moves.
 DEFAULT_MAX_ATTN_ERROR = 0.05
@@ -56,6 +66,24 @@ def _quality_phrase(result: SerdeResult) -> str:
             f"{100 * q.attn_output_rel_err:.2f}%")
 
 
+def load_ms_interval(result: SerdeResult, bytes_per_second: float) -> MedianInterval:
+    """The modelled load time of one chunk of ``result`` on a tier, in ms: one value per timed
+    codec round (``stored / B`` plus the round's decode time per chunk), median and interval."""
+    transfer_ms = result.stored_bytes_per_chunk / bytes_per_second * 1e3
+    rounds = result.decode_ms_rounds or [result.decode_ms_per_chunk]
+    return median_interval([transfer_ms + d for d in rounds])
+
+
+def _stable_order(result: SerdeResult) -> tuple[bool, float, str]:
+    """The order among serdes within noise of each other: lossless first, then fewer stored
+    bytes, then the label (none of which a rerun changes)."""
+    return (bool(result.lossy), result.stored_bytes_per_chunk, result.label)
+
+
+def _ms(m: MedianInterval) -> str:
+    return f"{m.median:.2f} ms ({m.low:.2f}-{m.high:.2f})"
+
+
 def recommend(
     results: Sequence[SerdeResult], tiers: Sequence[Tier], *, max_attn_error: float,
     lossless_only: bool = False, max_output_error: float = DEFAULT_MAX_OUTPUT_ERROR,
@@ -69,33 +97,49 @@ def recommend(
     if not measured:
         return []
     raw = measured[0].raw_bytes_per_chunk
-    out: list[Recommendation] = []
-    for tier in tiers:
-        bw = tier.bytes_per_second
-        raw_s = raw / bw
-        timed = sorted(
-            ((load_seconds(r.stored_bytes_per_chunk, r.decode_ms_per_chunk / 1e3, bw), r) for r in usable),
-            key=lambda pair: pair[0],
-        )
-        head = f"{tier.name} ({format_bandwidth(tier.gbps)})"
-        if timed and timed[0][0] < raw_s:
-            best_s, best = timed[0]
-            speedup = raw_s / best_s
-            text = (f"{head}: {best.label} — loads a chunk in {best_s * 1e3:.2f} ms vs "
-                    f"{raw_s * 1e3:.2f} ms raw ({speedup:.1f}x faster), stores "
-                    f"{best.compression_ratio:.2f}x less; {_quality_phrase(best)}")
-            out.append(Recommendation(tier.name, tier.gbps, best.label, best_s * 1e3, raw_s * 1e3,
-                                      speedup, text))
-            continue
-        compressing = [(t, r) for t, r in timed if r.compression_ratio > 1.0]
+    return [_recommend_tier(tier, usable, raw) for tier in tiers]
+
+
+def _recommend_tier(tier: Tier, usable: Sequence[SerdeResult], raw: int) -> Recommendation:
+    bw = tier.bytes_per_second
+    raw_ms = raw / bw * 1e3
+    timed = sorted(((load_ms_interval(r, bw), r) for r in usable),
+                   key=lambda pair: (pair[0].median, pair[1].label))
+    head = f"{tier.name} ({format_bandwidth(tier.gbps)})"
+    wins = [(m, r) for m, r in timed if m.high < raw_ms]  # beats raw beyond noise
+    if wins:
+        fastest = wins[0][0]
+        ties = [(m, r) for m, r in wins if m.low <= fastest.high]
+        best_ms, best = min(ties, key=lambda pair: _stable_order(pair[1]))
+        others = [(m, r) for m, r in ties if r is not best]
+        speedup = raw_ms / best_ms.median
+        text = (f"{head}: {best.label} — loads a chunk in {best_ms.median:.2f} ms vs "
+                f"{raw_ms:.2f} ms raw ({speedup:.1f}x faster), stores "
+                f"{best.compression_ratio:.2f}x less; {_quality_phrase(best)}")
+        if others:
+            text += ("; within measurement noise of "
+                     + ", ".join(f"{r.label} {_ms(m)}" for m, r in others)
+                     + f" (vs {_ms(best_ms)}): preferred as "
+                     + ("lossless" if not best.lossy and any(r.lossy for _, r in others)
+                        else "the one storing the fewest bytes"))
+        return Recommendation(tier.name, tier.gbps, best.label, best_ms.median, raw_ms, speedup,
+                              text, within_noise=tuple(r.label for _, r in others))
+    noisy = [(m, r) for m, r in timed if m.low <= raw_ms]
+    if noisy:
+        why = ("within measurement noise of raw bytes: "
+               + ", ".join(f"{r.label} {_ms(m)}" for m, r in noisy)
+               + "; raw bytes need no serde")
+    else:
+        compressing = [(m, r) for m, r in timed if r.compression_ratio > 1.0]
         if compressing:
-            t, r = max(compressing, key=lambda pair: pair[1].compression_ratio)
+            m, r = max(compressing, key=lambda pair: pair[1].compression_ratio)
             why = (f"no acceptable serde decodes fast enough to beat raw bytes; {r.label} would "
-                   f"store {r.compression_ratio:.2f}x less at {t / raw_s:.1f}x the load time")
+                   f"store {r.compression_ratio:.2f}x less at {m.median / raw_ms:.1f}x the load "
+                   "time")
         elif usable:
             why = "no acceptable serde stores fewer bytes than raw"
         else:
             why = "no serde met the quality bar"
-        text = f"{head}: no serde (store raw bytes, {raw_s * 1e3:.2f} ms per chunk) — {why}"
-        out.append(Recommendation(tier.name, tier.gbps, None, raw_s * 1e3, raw_s * 1e3, 1.0, text))
-    return out
+    text = f"{head}: no serde (store raw bytes, {raw_ms:.2f} ms per chunk) — {why}"
+    return Recommendation(tier.name, tier.gbps, None, raw_ms, raw_ms, 1.0, text,
+                          within_noise=tuple(r.label for _, r in noisy))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmserde.bench.adapter_bandwidth import describe_adapter_bandwidth
 from lmserde.bench.frame_overhead import describe_frame_overhead
+from lmserde.bench.policy_replay import describe_replay
 from lmserde.bench.recommend import format_bandwidth
 from lmserde.bench.report import BenchReport, SerdeResult
 from lmserde.text_table import format_table
@@ -113,7 +115,12 @@ def render_plain(report: BenchReport) -> str:
     failures = _failures(report)
     if failures:
         lines += ["", "Not measured:", *(f"  {f}" for f in failures)]
+    bandwidth = describe_adapter_bandwidth(report.adapter_bandwidth)
+    if bandwidth:
+        lines += ["", bandwidth]
     lines += ["", _legend(report), *(f"  {r.text}" for r in report.recommendations)]
+    for replay in report.policy:
+        lines += ["", *describe_replay(replay)]
     frame = describe_frame_overhead(report.frame)
     if frame:
         lines += ["", frame]
@@ -150,10 +157,16 @@ def print_rich(report: BenchReport, console: Any) -> None:
         console.print(Text("Not measured:", style="bold"))
         for f in failures:
             console.print(f"  {f}", markup=False, highlight=False)
+    bandwidth = describe_adapter_bandwidth(report.adapter_bandwidth)
+    if bandwidth:
+        console.print(bandwidth, markup=False, highlight=False)
     console.print(_legend(report), markup=False, highlight=False)
     for rec in report.recommendations:
         head, _, rest = rec.text.partition(": ")
         console.print(Text.assemble("  ", (head, "bold"), ": ", rest), highlight=False)
+    for replay in report.policy:
+        for line in describe_replay(replay):
+            console.print(line, markup=False, highlight=False)
     frame = describe_frame_overhead(report.frame)
     if frame:
         console.print(frame, markup=False, highlight=False)

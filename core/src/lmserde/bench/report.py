@@ -48,6 +48,8 @@ class SerdeResult:
     encode_ms_per_chunk: float = 0.0
     decode_ms_per_chunk: float = 0.0
     codec_rounds: int = 0
+    encode_ms_rounds: list[float] = field(default_factory=list)
+    decode_ms_rounds: list[float] = field(default_factory=list)
     store_ms_p50: float = 0.0
     load_ms_p50: float = 0.0
     wrapper_stage_ms_p50: dict[str, float] = field(default_factory=dict)
@@ -80,6 +82,9 @@ class Recommendation:
     raw_load_ms: float
     speedup_vs_raw: float
     text: str
+    #: the labels of the other serdes whose modelled load time on this tier is within
+    #: measurement noise of the recommended one's (of raw bytes' when ``serde`` is ``None``)
+    within_noise: tuple[str, ...] = ()
 
 
 @dataclass
@@ -98,6 +103,12 @@ class BenchReport:
     #: the stored-object frame's cost (:func:`~lmserde.bench.frame_overhead.measure_frame_overhead`),
     #: ``None`` when not measured (unframed adapter spec, or an error)
     frame: dict[str, Any] | None = None
+    #: the ``--adapter``'s bandwidth measured on raw chunk bytes
+    #: (:meth:`~lmserde.bench.adapter_bandwidth.AdapterBandwidth.to_json`), ``None`` without one
+    adapter_bandwidth: dict[str, Any] | None = None
+    #: the ``auto`` policy replayed at ``--policy`` bandwidths and the measured one
+    #: (:class:`~lmserde.bench.policy_replay.PolicyReplay`)
+    policy: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict: non-finite floats become ``null``."""

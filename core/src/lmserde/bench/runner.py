@@ -17,8 +17,15 @@ import torch
 
 from lmserde._version import __version__
 from lmserde.base import SerdeConfig, SerdeProcessor
+from lmserde.bench.adapter_bandwidth import (
+    MIN_BANDWIDTH_ROUNDS,
+    AdapterBandwidth,
+    adapter_bandwidth_steps,
+    measure_adapter_bandwidth,
+    recommendation_tiers,
+)
 from lmserde.bench.adapter_choice import DEFAULT_ADAPTER, complete_adapter_spec, validate_adapter_spec
-from lmserde.bench.breakeven import DEFAULT_TIERS, GB, Tier, break_even_bandwidth, load_seconds
+from lmserde.bench.breakeven import GB, Tier, break_even_bandwidth, load_seconds
 from lmserde.bench.chunk_objects import ChunkForm, chunk_form, make_object
 from lmserde.bench.chunk_source import ChunkSource
 from lmserde.bench.codec_timing import measure_codec
@@ -31,6 +38,7 @@ from lmserde.bench.frame_overhead import (
     measure_frame_overhead,
 )
 from lmserde.bench.model_shapes import DEFAULT_MODEL, get_model_shape
+from lmserde.bench.policy_replay import policy_bandwidths, replay_policies
 from lmserde.bench.progress import NullProgress, Progress
 from lmserde.bench.quality import ChunkReference, QualityAccumulator
 from lmserde.bench.recommend import (
@@ -77,7 +85,11 @@ _NOTES_PER_SERDE = 3
 @dataclass
 class BenchOptions:
     """Everything a run needs. ``serdes=None`` runs every installed serde (:func:`default_serdes`);
-    ``layers=None`` uses every layer; ``adapter=None`` uses ``fs`` in a temporary directory."""
+    ``layers=None`` uses every layer; ``adapter=None`` uses ``fs`` in a temporary directory.
+    ``tiers=None``: the example tiers (:data:`~lmserde.bench.breakeven.DEFAULT_TIERS`) without
+    ``adapter``; with one, only the bandwidth measured on it (given ``tiers`` are added to it).
+    ``policy_gbps``: bandwidths (GB/s) to replay the ``auto`` policy at (with ``adapter``, it is
+    also replayed at the measured ones)."""
 
     serdes: list[SerdeConfigValue] | None = None
     model: str = DEFAULT_MODEL
@@ -89,7 +101,8 @@ class BenchOptions:
     layers: int | None = DEFAULT_LAYERS
     tokens: int | None = None
     adapter: dict[str, Any] | None = None
-    tiers: Sequence[Tier] = DEFAULT_TIERS
+    tiers: Sequence[Tier] | None = None
+    policy_gbps: Sequence[float] = ()
     max_attn_error: float = DEFAULT_MAX_ATTN_ERROR
     max_output_error: float = DEFAULT_MAX_OUTPUT_ERROR
     lossless_only: bool = False
@@ -110,6 +123,9 @@ class BenchOptions:
             if not getattr(self, name) >= 0:
                 raise BenchInputError(f"--{name.replace('_', '-')} must be >= 0, got "
                                       f"{getattr(self, name)!r}")
+        for gbps in self.policy_gbps:
+            if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not gbps > 0:
+                raise BenchInputError(f"--policy needs a positive bandwidth, got {gbps!r}")
         if self.kv_file is None:
             try:
                 get_model_shape(self.model)
@@ -239,6 +255,8 @@ def _run_serde(
     result.encode_ms_per_chunk = encode_s / n * 1e3
     result.decode_ms_per_chunk = decode_s / n * 1e3
     result.codec_rounds = len(timing.encode_seconds)
+    result.encode_ms_rounds = [s / n * 1e3 for s in timing.encode_seconds]
+    result.decode_ms_rounds = [s / n * 1e3 for s in timing.decode_seconds]
     result.store_ms_p50 = _median(path.store_seconds) * 1e3
     result.load_ms_p50 = _median(path.load_seconds) * 1e3
     result.wrapper_stage_ms_p50 = {k: v * 1e3 for k, v in path.stage_p50_seconds.items()}
@@ -248,10 +266,6 @@ def _run_serde(
                                       max_output_error=opts.max_output_error)
     result.break_even_gbps = break_even_bandwidth(
         raw, result.stored_bytes_per_chunk, decode_s / n) / GB
-    result.tier_load_ms = {
-        t.name: load_seconds(result.stored_bytes_per_chunk, decode_s / n, t.bytes_per_second) * 1e3
-        for t in opts.tiers
-    }
 
 
 #: Least counted rounds of the frame measurement (framed and unframed paired in each).
@@ -275,6 +289,26 @@ def _frame_overhead(
                                       timeout=opts.timeout, on_step=progress.advance)
     except Exception as exc:  # informational: never fails the run
         notes.append(f"stored-object frame overhead not measured: {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        progress.end()
+
+
+def _adapter_bandwidth(
+    adapter_spec: dict[str, Any], chunks: list[Any], opts: BenchOptions, progress: Progress,
+    notes: list[str],
+) -> AdapterBandwidth | None:
+    """The bandwidth of the ``--adapter`` the run stores through, measured on raw chunk bytes
+    (:mod:`lmserde.bench.adapter_bandwidth`); ``None`` (and a note) when it cannot be measured."""
+    rounds = max(opts.repeat, MIN_BANDWIDTH_ROUNDS)
+    progress.begin("adapter bandwidth", adapter_bandwidth_steps(rounds, len(chunks)))
+    try:
+        raw = [c.fused().reshape(-1).view(torch.uint8) for c in chunks]
+        return measure_adapter_bandwidth(adapter_spec, raw, rounds, timeout=opts.timeout,
+                                         on_step=progress.advance)
+    except Exception as exc:  # the run still reports every serde, on the example tiers
+        notes.append(f"adapter bandwidth not measured ({type(exc).__name__}: {exc}); "
+                     "recommendations use the example tiers")
         return None
     finally:
         progress.end()
@@ -326,6 +360,8 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
                    for s in selected]
         frame = _frame_overhead(results, adapter_spec, chunks, desc["full_chunk_bytes"],
                                 opts, progress, notes)
+        bandwidth = (_adapter_bandwidth(adapter_spec, chunks, opts, progress, notes)
+                     if opts.adapter is not None else None)
         notes.extend(ctx.notes)
         notes.extend(_split_tier_note(r) for r in results if r.ok and r.split_tier)
         for r in results:
@@ -342,13 +378,24 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         "max_attn_error": opts.max_attn_error, "max_output_error": opts.max_output_error,
         "lossless_only": opts.lossless_only,
     }
-    tiers = [{"name": t.name, "gbps": t.gbps, "description": t.description} for t in opts.tiers]
-    recommendations = recommend(results, opts.tiers, max_attn_error=opts.max_attn_error,
+    tiers = recommendation_tiers(opts.tiers, bandwidth)
+    for r in results:
+        if r.ok:
+            r.tier_load_ms = {t.name: load_seconds(r.stored_bytes_per_chunk,
+                                                   r.decode_ms_per_chunk / 1e3,
+                                                   t.bytes_per_second) * 1e3 for t in tiers}
+    recommendations = recommend(results, tiers, max_attn_error=opts.max_attn_error,
                                 lossless_only=opts.lossless_only,
                                 max_output_error=opts.max_output_error)
     return BenchReport(
         lmserde_version=__version__, source=desc, settings=settings, machine=_machine(),
-        tiers=tiers, results=results, recommendations=recommendations, notes=notes,
+        tiers=[{"name": t.name, "gbps": t.gbps, "description": t.description} for t in tiers],
+        results=results, recommendations=recommendations, notes=notes,
         elapsed_seconds=time.perf_counter() - started, frame=frame,
+        adapter_bandwidth=None if bandwidth is None else bandwidth.to_json(),
+        policy=replay_policies(results, policy_bandwidths(opts.policy_gbps, bandwidth),
+                               max_attn_error=opts.max_attn_error,
+                               max_output_error=opts.max_output_error,
+                               lossless_only=opts.lossless_only),
     )
 

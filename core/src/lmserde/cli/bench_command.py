@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from lmserde.bench.breakeven import DEFAULT_TIERS, parse_tier
+from lmserde.bench.breakeven import DEFAULT_TIERS, parse_bandwidth, parse_tier
 from lmserde.bench.model_shapes import BUILTIN_MODELS, DEFAULT_MODEL
 from lmserde.bench.recommend import DEFAULT_MAX_ATTN_ERROR, DEFAULT_MAX_OUTPUT_ERROR
 from lmserde.bench.run_defaults import (
@@ -40,6 +40,7 @@ examples:
   lmserde bench --serde '{"type": "fp8", "fp8_dtype": "float8_e5m2"}'
   lmserde bench --serde '[{"type": "fp8"}, {"type": "aesgcm"}]'      a chain: quantize, then encrypt
   lmserde bench --adapter '{"type": "fs", "base_path": "/mnt/nvme/kv"}' --layers all
+  lmserde bench --policy 0.1GB/s --policy 3GB/s     what the auto serde would pick on each
   lmserde bench --kv captured.safetensors --json > bench.json
 """
 
@@ -104,7 +105,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help='L2 adapter spec without "serde" (default: {"type": "fs"} in a temporary '
                    "directory)")
     p.add_argument("--tier", action="append", metavar="NAME=GB/s", type=_tier,
-                   help=f"storage tier to recommend for; repeatable (default: {tiers})")
+                   help=f"storage tier to recommend for; repeatable (default: {tiers}; with "
+                   "--adapter, the bandwidth measured on it)")
+    p.add_argument("--policy", action="append", metavar="BANDWIDTH", type=_bandwidth,
+                   help="replay the auto serde's policy at this storage bandwidth (e.g. 0.1GB/s, "
+                   "100MB/s, or GB/s) on the measured codec speeds and ratios, and show what it "
+                   "picks; repeatable (with --adapter it also runs at the measured bandwidth)")
     p.add_argument("--max-attn-error", type=_percent, default=100 * DEFAULT_MAX_ATTN_ERROR,
                    metavar="PCT",
                    help="quality bar of lossy serdes: attention mass moved, in percent "
@@ -131,6 +137,13 @@ def _tier(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _bandwidth(text: str) -> float:
+    try:
+        return parse_bandwidth(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _options(args: argparse.Namespace) -> Any:
     from lmserde.bench.adapter_choice import parse_adapter_arg
     from lmserde.bench.runner import BenchOptions
@@ -141,7 +154,8 @@ def _options(args: argparse.Namespace) -> Any:
     return BenchOptions(
         serdes=serdes, model=args.model, kv_file=args.kv, chunks=args.chunks, repeat=args.repeat,
         workers=args.workers, seed=args.seed, layers=args.layers, tokens=args.tokens,
-        adapter=adapter, tiers=tuple(args.tier) if args.tier else DEFAULT_TIERS,
+        adapter=adapter, tiers=tuple(args.tier) if args.tier else None,
+        policy_gbps=tuple(args.policy or ()),
         max_attn_error=args.max_attn_error / 100.0, max_output_error=args.max_output_error / 100.0,
         lossless_only=args.lossless_only,
         queries=args.queries,
