@@ -9,6 +9,12 @@ their size, or ``--decode`` failed: a key service that cannot be reached, more t
 ``--l1-bytes`` needed); they are kept. Objects that are someone else's (another serde config,
 another key, key material this reader lacks) are reported as foreign and never fail the run.
 
+``--migrate`` rewrites every object written by one of the spec's ``read_also`` configs in its
+current ``serde`` (:mod:`lmserde.l2.serde.migrate`): resumable (objects already in the current
+config are skipped), it deletes nothing; exit status 0 when every such object was rewritten, 3
+when some could not be (they are kept, still readable), 1 when damage was seen (left for
+``--delete``), 2 for a spec without ``read_also``.
+
 An adapter that declares the option ``create`` (``fs``) is opened with ``create: false`` unless
 the spec sets it: scrub changes nothing but what ``--delete`` removes.
 """
@@ -19,12 +25,13 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when the command runs: building the parser must not import torch
     from lmserde.l1.manager import L1Manager
+    from lmserde.l2.serde.migrate import MigrateReport
     from lmserde.l2.serde.scrub import ScrubReport
     from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 
@@ -58,6 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delete-foreign", action="store_true",
                    help="also delete the objects that are someone else's (written under another "
                         "serde config, for another key, or with key material this reader lacks)")
+    p.add_argument("--migrate", action="store_true",
+                   help="rewrite every object written by a 'read_also' config of the spec in "
+                        "its current 'serde' (resumable: run again after an interruption; "
+                        "deletes nothing)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
@@ -96,14 +107,14 @@ def _build(spec: Any, l1: L1Manager) -> SerdeL2AdapterWrapper:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Any]:
+def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
     if not enabled:
         yield None
         return
     from lmserde.bench.progress import RichProgress
 
     with RichProgress() as progress:
-        progress.begin("scrubbing", total)
+        progress.begin(label, total)
         yield progress.advance
         progress.end()
 
@@ -114,6 +125,9 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         return
     print(f"scanned {report.scanned} objects: {report.ok} ok, {len(report.damaged)} damaged, "
           f"{len(report.foreign)} someone else's")
+    if report.verdicts.get("read_also"):
+        print(f"{report.verdicts['read_also']} objects are in a read_also config (readable; "
+              "lmserde scrub --migrate rewrites them in the current one)")
     for verdict, count in sorted(report.verdicts.items()):
         if verdict != "ok":
             print(f"  {verdict:<10} {count}")
@@ -157,10 +171,67 @@ def _print_entries(report: ScrubReport) -> None:
         print(f"  {finding.reason:<16} {finding.name} ({state}{detail})")
 
 
+def _print_migrate_report(report: MigrateReport, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return
+    before = report.verdicts.get("read_also", 0)
+    print(f"scanned {report.scanned} objects: {report.verdicts.get('ok', 0)} already in the "
+          f"current config, {before} in a read_also config; migrated {len(report.migrated)}")
+    for verdict, count in sorted(report.verdicts.items()):
+        if verdict not in ("ok", "read_also"):
+            print(f"  {verdict:<10} {count}")
+    if report.failed:
+        steps: dict[str, int] = {}
+        for step in report.failed.values():
+            steps[step] = steps.get(step, 0) + 1
+        print(f"{len(report.failed)} objects could not be rewritten and keep their old config "
+              f"(still readable with read_also): "
+              + ", ".join(f"{n} at {step}" for step, n in sorted(steps.items()))
+              + "; see the log, then run again")
+    if report.damaged:
+        print(f"{report.damaged} damaged objects were left alone: lmserde scrub --delete "
+              "removes them")
+
+
+def _walk(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, label: str,
+          walk: Callable[[list[Any], Any], Any]) -> Any:
+    """``walk(keys, advance)`` over the wrapper's keys, with a progress bar on a terminal (from
+    ``_PROGRESS_FROM`` keys); closes the wrapper. Its report, or ``None`` once a usage error
+    was printed."""
+    try:
+        keys = list(wrapper.list_l2_keys())
+        show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
+        with _progress(show, len(keys), label) as advance:
+            return walk(keys, advance)
+    except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
+        print(f"lmserde scrub: {exc}", file=sys.stderr)
+        return None
+    finally:
+        wrapper.close()
+
+
+def _run_migrate(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, limit: int) -> int:
+    from lmserde.l2.serde.migrate import migrate_adapter
+
+    report = _walk(args, wrapper, "migrating", lambda keys, advance: migrate_adapter(
+        wrapper, keys=keys, batch=args.batch, on_progress=advance, max_object_bytes=limit))
+    if report is None:
+        return EXIT_USAGE
+    _print_migrate_report(report, args.json)
+    if report.damaged:
+        return EXIT_DAMAGE
+    return EXIT_UNVERIFIED if report.failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from lmserde.l1.manager import L1Manager
     from lmserde.l2.serde.scrub import DEFAULT_MAX_OBJECT_BYTES, scrub_adapter
 
+    if args.migrate and (args.delete or args.delete_foreign or args.decode):
+        print("lmserde scrub: --migrate rewrites and never deletes: run --delete, "
+              "--delete-foreign or --decode as a separate scrub", file=sys.stderr)
+        return EXIT_USAGE
     try:
         spec = _read_spec(args.spec)
         l1 = L1Manager(args.l1_bytes)
@@ -168,20 +239,15 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"lmserde scrub: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        keys = list(wrapper.list_l2_keys())
-        show = not args.json and sys.stderr.isatty() and len(keys) >= _PROGRESS_FROM
-        with _progress(show, len(keys)) as advance:
-            limit = (DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None
-                     else args.max_object_bytes)
-            report = scrub_adapter(wrapper, keys=keys, decode=args.decode, delete=args.delete,
-                                   delete_foreign=args.delete_foreign, batch=args.batch,
-                                   on_progress=advance, max_object_bytes=limit)
-    except (NotImplementedError, ValueError, OSError, RuntimeError) as exc:
-        print(f"lmserde scrub: {exc}", file=sys.stderr)
+    limit = DEFAULT_MAX_OBJECT_BYTES if args.max_object_bytes is None else args.max_object_bytes
+    if args.migrate:
+        return _run_migrate(args, wrapper, limit)
+    report = _walk(args, wrapper, "scrubbing", lambda keys, advance: scrub_adapter(
+        wrapper, keys=keys, decode=args.decode, delete=args.delete,
+        delete_foreign=args.delete_foreign, batch=args.batch, on_progress=advance,
+        max_object_bytes=limit))
+    if report is None:
         return EXIT_USAGE
-    finally:
-        wrapper.close()
     _print_report(report, args.json)
     if report.found_damage:
         return EXIT_DAMAGE

@@ -59,6 +59,10 @@ from .serde.chains import SerdeChainProcessor as SerdeChainProcessor
 from .serde.chains import create_serde_chain as create_serde_chain
 from .serde.metrics import LatencySummary as LatencySummary
 from .serde.metrics import WrapperMetrics as WrapperMetrics
+from .serde.migrate import MigrateReport as MigrateReport
+from .serde.migrate import migrate_adapter as migrate_adapter
+from .serde.read_configs import ConfigReader as ConfigReader
+from .serde.read_configs import ConfigReaders as ConfigReaders
 from .serde.scrub import ScrubReport as ScrubReport
 from .serde.scrub import scrub_adapter as scrub_adapter
 from .serde.stored_frame import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "L2AdapterConfig",
     "parse_serde_config",
+    "parse_read_also",
     "parse_l2_adapter_spec",
     "create_serde_for_config",
     "resolve_serde_value",
@@ -32,7 +33,7 @@ __all__ = [
 
 SerdeConfigValue = SerdeConfig | list[SerdeConfig]
 #: Spec keys read by the serde wrapper, never passed to the adapter itself.
-_WRAPPER_KEYS = ("type", "serde", "serde_frame")
+_WRAPPER_KEYS = ("type", "serde", "serde_frame", "read_also")
 
 
 @dataclass
@@ -42,13 +43,16 @@ class L2AdapterConfig:
     ``serde_config`` is ``None`` (unwrapped), one :class:`~lmserde.SerdeConfig`, or a list of
     them (a chain, applied in order on store and in reverse on load). ``serde_frame`` (spec key
     ``"serde_frame"``, default true) says whether the serde wrapper frames stored objects; false
-    stores raw serde bytes, for an L2 shared with LMCache processes.
+    stores raw serde bytes, for an L2 shared with LMCache processes. ``read_also`` (spec key
+    ``"read_also"``) lists earlier serde configs (each one config or a chain) whose objects the
+    wrapper still loads, as hits; new objects are written with ``serde_config`` alone.
     """
 
     type: str
     options: dict[str, Any] = field(default_factory=dict)
     serde_config: SerdeConfigValue | None = None
     serde_frame: bool = True
+    read_also: list[SerdeConfigValue] = field(default_factory=list)
 
 
 def parse_serde_config(value: Any) -> SerdeConfigValue:
@@ -63,6 +67,24 @@ def parse_serde_config(value: Any) -> SerdeConfigValue:
         configs = [as_serde_config(v) for v in value]
         return configs[0] if len(configs) == 1 else configs
     return as_serde_config(value)
+
+
+def parse_read_also(value: Any) -> list[SerdeConfigValue]:
+    """Parse the value of a spec's ``read_also`` key: a list whose items are each a serde config
+    (a dict) or a chain (a list of dicts), as ``serde`` takes them; one dict is a list of one.
+    ``ValueError`` naming the item for anything else."""
+    if isinstance(value, (Mapping, SerdeConfig)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"'read_also' must be a list of serde configs (each a dict, or a list of "
+                         f"dicts for a chain), got {type(value).__name__}")
+    configs: list[SerdeConfigValue] = []
+    for i, item in enumerate(value):
+        try:
+            configs.append(parse_serde_config(item))
+        except ValueError as exc:
+            raise ValueError(f"'read_also' item {i}: {exc}") from exc
+    return configs
 
 
 def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
@@ -83,7 +105,14 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
         raise ValueError(f"'serde_frame' must be true or false, got {frame!r}")
     if "serde_frame" in spec and serde_config is None:
         raise ValueError("'serde_frame' only applies to an adapter with a 'serde'")
-    return L2AdapterConfig(adapter_type, options, serde_config, frame)
+    read_also = parse_read_also(spec["read_also"]) if "read_also" in spec else []
+    if read_also and serde_config is None:
+        raise ValueError("'read_also' only applies to an adapter with a 'serde' (the config new "
+                         "objects are written with)")
+    if read_also and not frame:
+        raise ValueError("'read_also' needs framed objects (the frame names the serde config "
+                         "that wrote each object): remove 'serde_frame: false'")
+    return L2AdapterConfig(adapter_type, options, serde_config, frame, read_also)
 
 
 def resolve_serde_value(serde_config: SerdeConfigValue) -> ResolvedSerde | list[ResolvedSerde]:
@@ -157,7 +186,9 @@ def create_l2_adapter(
     serde's slot mapping does not match its declaration, for a split-tier serde in a chain, and
     for the split tier's other startup rules. Nothing is leaked when
     building fails. ``repair=False`` makes the serde wrapper leave refused objects in place (for
-    tools that only inspect, like scrub).
+    tools that only inspect, like scrub). Each ``read_also`` config is validated like ``serde``
+    and built into its own processor, owned by the wrapper; a split-tier serde, as ``serde`` or
+    in ``read_also``, refuses ``read_also`` (``ValueError``).
     """
     config = spec if isinstance(spec, L2AdapterConfig) else parse_l2_adapter_spec(spec)
     if config.serde_config is not None and l1_manager is None:
@@ -169,6 +200,7 @@ def create_l2_adapter(
     options = adapter_spec.validate(config.type, config.options)
     # the serde is looked up and validated before the adapter opens anything
     resolved = resolve_serde_value(config.serde_config) if config.serde_config is not None else None
+    resolved_read_also = [resolve_serde_value(c) for c in config.read_also]
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if resolved is None:
         return adapter
@@ -180,12 +212,23 @@ def create_l2_adapter(
     )
 
     processor: SerdeProcessor | None = None
+    read_also: list[tuple[SerdeProcessor, str, SerdeSizeContract]] = []
     try:
         placement = declared_placement(resolved)  # the one decider: the serde spec's declaration
         processor, serde_type, contract = build_resolved_serde(resolved)
+        for read_config, read_resolved in zip(config.read_also, resolved_read_also):
+            read_also.append(build_resolved_serde(read_resolved))
+            if (resolve_placement(read_config, read_also[-1][0])
+                    is StoragePlacementMode.KV_SPLIT_TIER):
+                raise ValueError(f"'read_also' cannot list a split-tier serde "
+                                 f"('{read_also[-1][1]}'): its objects hold V alone")
         assert l1_manager is not None
         if placement is StoragePlacementMode.KV_SPLIT_TIER:
             from lmserde.l2.split.adapter import create_split_tier_adapter
+
+            if read_also:
+                raise ValueError(f"'read_also' is not supported with a split-tier serde "
+                                 f"('{serde_type}'): its V objects are read by the split tier")
 
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,
@@ -193,9 +236,10 @@ def create_l2_adapter(
         check_whole_object_slots(processor, serde_type)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
-                                     repair=repair)
+                                     repair=repair, read_also=read_also)
     except BaseException:
-        if processor is not None:
-            processor.close()
+        for owned in [processor, *(p for p, _, _ in read_also)]:
+            if owned is not None:
+                owned.close()
         adapter.close()
         raise

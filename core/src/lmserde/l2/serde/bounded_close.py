@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,8 @@ class CloseReport:
     hung: list[dict[str, Any]] = field(default_factory=list)
     serde_task_ids: set[int] = field(default_factory=set)
     inner_hung: bool = False
+    #: per further serde (``close_within``'s ``read_serdes``, by position), its hung task ids
+    read_serde_task_ids: list[set[int]] = field(default_factory=list)
 
     def left(self) -> float:
         """Seconds until the bound (0 once past it)."""
@@ -78,8 +80,39 @@ def call_within(fn: Callable[[], None], timeout: float, name: str) -> str | None
     return None
 
 
-def close_within(loop: Any, inner: Any, serde: Any, adapter_name: str) -> CloseReport:
-    """Stop ``loop``, close ``inner`` and ``serde`` within ``close_bound_of(serde)`` seconds.
+def _close_serde(serde: Any, report: CloseReport) -> set[int]:
+    """Close one serde within what is left of ``report``'s bound, recording its hung calls in
+    ``report``; the task ids of its calls that did not return."""
+    from lmserde.processor import AsyncSerdeProcessor
+
+    hung_ids: set[int] = set()
+    try:
+        if isinstance(serde, AsyncSerdeProcessor):
+            serde.close(timeout_s=report.left())
+            for call in serde.hung_calls():
+                hung_ids.add(call.task_id)
+                report.hung.append({"component": f"serde {call.serde_type}",
+                                    "what": call.describe(), "where": call.where,
+                                    **call.as_dict()})
+        else:
+            where = call_within(serde.close, report.left(), "lmserde-close-serde")
+            if where is not None:
+                report.hung.append({"component": f"serde {getattr(serde, 'serde_type', '?')}",
+                                    "what": f"close() still running, at {where}",
+                                    "where": where})
+    except BaseException as exc:  # keep releasing
+        if must_propagate(exc):
+            raise
+        _log.error("serde wrapper: closing the serde raised %s", describe_exception(exc),
+                   exc_info=exc)
+    return hung_ids
+
+
+def close_within(loop: Any, inner: Any, serde: Any, adapter_name: str,
+                 read_serdes: Sequence[Any] = ()) -> CloseReport:
+    """Stop ``loop``, close ``inner``, ``serde`` and then each of ``read_serdes`` (the
+    processors of a wrapper's ``read_also`` configurations) within ``close_bound_of(serde)``
+    seconds.
 
     Each part gets what is left of the one deadline. A close that raises is logged and the
     others still run (a main-thread ``KeyboardInterrupt`` propagates). A processor with a
@@ -87,8 +120,6 @@ def close_within(loop: Any, inner: Any, serde: Any, adapter_name: str) -> CloseR
     hung calls; any other serde's or adapter's close runs on a daemon thread and is reported
     as hung when it has not returned by the deadline.
     """
-    from lmserde.processor import AsyncSerdeProcessor
-
     bound = close_bound_of(serde)
     report = CloseReport(bound, time.monotonic() + bound)
     left = report.left
@@ -107,25 +138,8 @@ def close_within(loop: Any, inner: Any, serde: Any, adapter_name: str) -> CloseR
             raise
         _log.error("serde wrapper: closing the inner adapter raised %s",
                    describe_exception(exc), exc_info=exc)
-    try:
-        if isinstance(serde, AsyncSerdeProcessor):
-            serde.close(timeout_s=left())
-            for call in serde.hung_calls():
-                report.serde_task_ids.add(call.task_id)
-                report.hung.append({"component": f"serde {call.serde_type}",
-                                    "what": call.describe(), "where": call.where,
-                                    **call.as_dict()})
-        else:
-            where = call_within(serde.close, left(), "lmserde-close-serde")
-            if where is not None:
-                report.hung.append({"component": f"serde {getattr(serde, 'serde_type', '?')}",
-                                    "what": f"close() still running, at {where}",
-                                    "where": where})
-    except BaseException as exc:  # keep releasing
-        if must_propagate(exc):
-            raise
-        _log.error("serde wrapper: closing the serde raised %s", describe_exception(exc),
-                   exc_info=exc)
+    report.serde_task_ids = _close_serde(serde, report)
+    report.read_serde_task_ids = [_close_serde(other, report) for other in read_serdes]
     for entry in report.hung:
         _log.error("serde wrapper on %s: close() returned after its %g s bound with %s still "
                    "running: %s", adapter_name, bound, entry["component"], entry["what"])

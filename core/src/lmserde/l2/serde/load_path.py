@@ -5,10 +5,12 @@ stored objects (the inner adapter's stored sizes: asked in ``submit`` when they 
 ``fs``'s are; on the background worker when they may be a network round trip, as for ``redis``
 and ``s3``: ``submit`` never waits on the network). When the inner load's event fires,
 :meth:`LoadPath.drain_inner_load` opens each hit's stored-object frame (header checks now, the
-payload checksum while the serde decodes) and hands the passing payloads to the serde; when its
-deserialize event fires, :meth:`LoadPath.drain_deserialize` confirms the checksums and completes
-the task. Results are per key: a key whose object is refused is a miss counted by reason,
-deleted from the inner adapter only when the refusal proves damage
+payload checksum while the serde decodes) and hands the passing payloads to the serde of the
+configuration that wrote each (:mod:`~lmserde.l2.serde.read_configs`: the wrapper's own, or one of
+its ``read_also`` configurations); when the deserialize events fire,
+:meth:`LoadPath.drain_deserialize` confirms the checksums and completes the task. Results are
+per key: a key whose object is refused is a miss counted by reason, deleted from the inner
+adapter only when the refusal proves damage
 (:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`); an object another reader wrote stays.
 Every failure releases every temporary.
 
@@ -22,10 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
-from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import emit_wrapper_task_event
 from lmserde.keys import ObjectKey, make_temp_key
@@ -36,8 +37,8 @@ from lmserde.l2.serde.background_worker import BackgroundWorker
 from lmserde.l2.serde.decode_outcomes import decode_outcome, deserialize_errors, payload_confirmed
 from lmserde.l2.serde.failure_streaks import FailureStreaks
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.serde_shape import SerdeShape
-from lmserde.l2.serde.stored_frame import DAMAGE_REASONS, FrameRejected, ObjectFramer
+from lmserde.l2.serde.read_configs import ConfigReaders
+from lmserde.l2.serde.stored_frame import DAMAGE_REASONS, FrameRejected
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
 from lmserde.l2.serde.temporaries import Temporaries
 from lmserde.l2.serde.wrapper_task import (
@@ -70,24 +71,24 @@ class LoadPath:
     (they are local: asked in ``submit``), ``"worker"`` (they may wait on the network: asked on
     the background worker, ``submit`` only registers the task) or ``"none"`` (the adapter
     reports none). ``repair``: delete objects proven damaged.
-    ``on_rejected(reason, keys)`` hears every refusal, before any deletion.
+    ``on_rejected(reason, keys)`` hears every refusal, before any deletion. ``readers``: the
+    serde configurations it decodes (the wrapper's own first; every one's deserialize event fd
+    must run :meth:`drain_deserialize`); its temporaries hold the largest of their bounds.
     """
 
-    def __init__(self, *, serde: SerdeProcessor, serde_type: str, inner: L2AdapterInterface,
-                 framer: ObjectFramer | None, stored_sizes: StoredSizes, serde_hashes_loads: bool,
-                 repair: bool, shape: SerdeShape, temporaries: Temporaries,
+    def __init__(self, *, readers: ConfigReaders, serde_type: str, inner: L2AdapterInterface,
+                 stored_sizes: StoredSizes, repair: bool, temporaries: Temporaries,
                  queues: AdapterTaskQueues, metrics: WrapperMetrics, streaks: FailureStreaks,
                  on_rejected: Callable[[str, list[ObjectKey]], None]) -> None:
-        self._serde = serde
+        self._readers = readers
         self._serde_type = serde_type
         self._inner = inner
-        self._framer = framer
+        self._framer = readers.primary.framer
         if stored_sizes not in ("inline", "worker", "none"):
             raise ValueError(f"stored_sizes is 'inline', 'worker' or 'none', not {stored_sizes!r}")
         self._stored_sizes = stored_sizes
-        self._serde_hashes_loads = serde_hashes_loads
         self._repair = repair
-        self._shape = shape
+        self._shape = readers.primary.shape
         self._temps = temporaries
         self._queues = queues
         self._metrics = metrics
@@ -97,7 +98,7 @@ class LoadPath:
         self._closed = False
         self._sizing: dict[int, WrapperTask] = {}  # loads waiting for their stored sizes
         self._inner_loading: dict[int, WrapperTask] = {}
-        self._deserializing: dict[int, WrapperTask] = {}
+        self._deserializing: dict[tuple[int, int], WrapperTask] = {}  # (reader, serde task id)
         self._worker = BackgroundWorker("serde-l2-wrapper-sizes")
 
     def submit(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]) -> L2TaskId:
@@ -111,7 +112,8 @@ class LoadPath:
             task.layouts = [layout_of(o) for o in objects]
             task.dst_items = [self._shape.deserialize_item(o, lay)
                               for o, lay in zip(objects, task.layouts)]
-            task.bounds = [self._shape.payload_bound(lay) for lay in task.layouts]
+            task.bounds = [self._readers.load_bound(lay) for lay in task.layouts]
+            task.dst_objects = objects
         except BaseException as exc:  # bad input or a raising estimate fails this task only
             if must_propagate(exc):
                 raise
@@ -149,8 +151,8 @@ class LoadPath:
             self._finish(task, Bitmap(task.num_keys), "internal")
 
     def _start_inner_load(self, task: WrapperTask, stored: dict[ObjectKey, int]) -> None:
-        """Narrow the task to the keys worth loading (an object larger than the serde can ever
-        write is not this reader's: a miss, left in place), reserve the temporaries sized to the
+        """Narrow the task to the keys worth loading (an object larger than any configuration it
+        reads can write is not this reader's: a miss, left in place), reserve the temporaries sized to the
         stored objects and submit the inner load. Raises ``RuntimeError`` when the wrapper was
         closed (the task is then already completed as failed)."""
         keys = task.keys
@@ -169,6 +171,7 @@ class LoadPath:
             return
         load_keys = [keys[i] for i in task.positions]
         task.dst_items = [task.dst_items[i] for i in task.positions]
+        task.dst_objects = [task.dst_objects[i] for i in task.positions]
         task.layouts = [task.layouts[i] for i in task.positions]
         task.bounds = [task.bounds[i] for i in task.positions]
         task.temp_keys = [make_temp_key(k) for k in load_keys]
@@ -243,22 +246,38 @@ class LoadPath:
             self._finish(task, Bitmap(task.num_keys), "verify" if hits else None)
             return
         task.phase = TaskPhase.DESERIALIZE
-        slots = task.hit_slots
+        groups: dict[int, list[int]] = {}
+        for j in task.hit_slots:  # each payload goes to the configuration that wrote it
+            groups.setdefault(task.readers[j] if task.readers else 0, []).append(j)
+        failed: list[int] = []
         with self._lock:
-            try:
-                serde_id = self._serde.submit_deserialize(
-                    [task.payloads[j] for j in slots], [task.dst_items[j] for j in slots],
-                    [task.keys[task.positions[j]] for j in slots])
-            except BaseException as exc:
-                _log.warning("serde wrapper: submit_deserialize raised: %s",
-                             describe_exception(exc))
-                serde_id = None
-            else:
-                self._deserializing[serde_id] = task
-        if serde_id is None:
+            for index, slots in groups.items():
+                serde_id = self._submit_deserialize(index, task, slots)
+                if serde_id is None:
+                    failed += slots
+                else:
+                    task.decoding[index] = slots
+                    self._deserializing[(index, serde_id)] = task
+            submitted = bool(task.decoding)
+        if failed:
+            self._metrics.record_failure("deserialize_submit", len(failed))
+        if not submitted:
             self._temps.release_written(task.temp_keys)
-            self._metrics.record_failure("deserialize_submit", len(slots))
             self._finish(task, Bitmap(task.num_keys), "deserialize_submit")
+            return
+        for j in failed:  # another configuration's decode runs: these miss, kept
+            task.slot_errors[j] = NoItemError("submit_deserialize failed")
+
+    def _submit_deserialize(self, index: int, task: WrapperTask, slots: list[int]) -> int | None:
+        """Hand ``slots`` to reader ``index``'s serde; its task id, ``None`` when it raised."""
+        try:
+            return self._readers[index].serde.submit_deserialize(
+                [task.payloads[j] for j in slots], [task.dst_items[j] for j in slots],
+                [task.keys[task.positions[j]] for j in slots])
+        except BaseException as exc:
+            _log.warning("serde wrapper: submit_deserialize of '%s' raised: %s",
+                         self._readers[index].label, describe_exception(exc))
+            return None
 
     def _verify(self, task: WrapperTask, hits: list[int]) -> list[int]:
         """Open the frame of every hit temporary; returns the slots that passed.
@@ -271,14 +290,16 @@ class LoadPath:
             return hits
         task.payloads = [None] * len(task.temps)
         task.confirms = [None] * len(task.temps)
+        task.readers = [0] * len(task.temps)
         passed: list[int] = []
         refused: dict[str, list[ObjectKey]] = {}
         for j in hits:
             key = task.keys[task.positions[j]]
             try:  # header checks now; the payload checksum runs while the serde decodes
-                task.payloads[j], task.confirms[j] = self._framer.open_deferred(
-                    task.temps[j], key, task.layouts[j], task.bounds[j],
-                    serde_hashes=self._serde_hashes_loads)
+                task.readers[j], task.payloads[j], task.confirms[j] = (
+                    self._readers.open_deferred(task.temps[j], key, task.layouts[j]))
+                if task.readers[j]:  # a read_also configuration fills the object its own way
+                    task.dst_items[j] = self._read_also_destination(task, j)
             except FrameRejected as exc:
                 _log.warning("serde wrapper: stored object for key %s refused (%s)",
                              key.chunk_hash.hex(), exc)
@@ -288,6 +309,21 @@ class LoadPath:
         for reason, keys in refused.items():
             self._reject(task, reason, keys)
         return passed
+
+    def _read_also_destination(self, task: WrapperTask, j: int) -> object:
+        """The destination items of slot ``j`` for the ``read_also`` reader that opened it;
+        :class:`FrameRejected` (``layout``: not mine, kept) when its slots do not fit the
+        object, after its payload checksum is done with the temporary."""
+        try:
+            return self._readers.destination(task.readers[j], task.dst_objects[j],
+                                             task.layouts[j])
+        except ValueError as exc:
+            try:
+                task.confirms[j]()  # the checksum threads must be done with the temporary
+            except FrameRejected:
+                pass
+            raise FrameRejected("layout", f"read_also config '{self._readers[task.readers[j]].label}' "
+                                f"cannot fill this object: {exc}") from exc
 
     def _reject(self, task: WrapperTask, reason: str, keys: list[ObjectKey]) -> None:
         """Count ``keys`` as refused for ``reason`` and tell the listeners; delete the keys from
@@ -311,21 +347,29 @@ class LoadPath:
         self._metrics.record_repaired(len(keys))
 
     def drain_deserialize(self) -> None:
+        """Collect every finished deserialize (of any configuration); a task completes once
+        each configuration it handed payloads to has answered."""
         with self._lock:
             pending = list(self._deserializing.items())
-        for serde_id, task in pending:
+        for (index, serde_id), task in pending:
+            slots = task.decoding.get(index, [])
             try:
-                errors = deserialize_errors(self._serde, serde_id, len(task.hit_slots))
-            except BaseException as exc:  # a processor that cannot answer failed the task
+                errors = deserialize_errors(self._readers[index].serde, serde_id, len(slots))
+            except BaseException as exc:  # a processor that cannot answer failed its items
                 _log.warning("serde wrapper: querying a deserialize raised: %s",
                              describe_exception(exc))
-                errors = [NoItemError()] * len(task.hit_slots)
+                errors = [NoItemError()] * len(slots)
             if errors is None:
                 continue
             with self._lock:
-                self._deserializing.pop(serde_id, None)
+                self._deserializing.pop((index, serde_id), None)
+                task.decoding.pop(index, None)
+                task.slot_errors.update(zip(slots, errors))
+                if task.decoding:  # another configuration still decodes this task's payloads
+                    continue
             try:
-                self._after_deserialize(task, errors)
+                self._after_deserialize(task, [task.slot_errors.get(j, NoItemError())
+                                               for j in task.hit_slots])
             except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: load task %d failed after deserialize",
                                task.task_id)
@@ -337,6 +381,7 @@ class LoadPath:
                                    task.end_stage("deserialize", time.perf_counter()))
         final = Bitmap(task.num_keys)
         serialized = 0
+        read_also_hits: dict[int, int] = {}
         missed: dict[str, list[ObjectKey]] = {"decode": [], "foreign": [], "checksum": [],
                                               "kept": []}
         last_error: BaseException | None = None
@@ -346,6 +391,9 @@ class LoadPath:
             if outcome == "hit":
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
+                if task.readers and task.readers[slot]:
+                    read_also_hits[task.readers[slot]] = read_also_hits.get(
+                        task.readers[slot], 0) + 1
                 continue
             if outcome in ("checksum", "foreign"):  # decoded from bytes that are not these:
                 scrub_destination(task.dst_items[slot])  # never handed back
@@ -355,6 +403,8 @@ class LoadPath:
                                                missed["checksum"], missed["kept"])
         failed = len(undecodable) + len(kept)
         self._metrics.record_failure("deserialize", failed)
+        for index, count in read_also_hits.items():
+            self._metrics.record_read_also_hits(self._readers[index].label, count)
         if kept:
             _log.warning("serde wrapper: %d objects of load task %d missed, kept in L2: the serde "
                          "failed for a reason other than their bytes (%s)", len(kept),
@@ -409,12 +459,13 @@ class LoadPath:
         self._closed = True
         self._worker.close()
 
-    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool,
+    def take_unfinished(self, hung_serde_ids: Mapping[int, Collection[int]], inner_hung: bool,
                         timeout: float) -> list[UnfinishedTask] | None:
         """Take every unfinished load out of the path (call after :meth:`stop_accepting`, once
-        the serde and the inner adapter were closed, or gave up on). A load still waiting for
-        its stored sizes holds no temporaries; one whose deserialize is in ``hung_serde_ids``,
-        or that the inner adapter holds while ``inner_hung``, keeps its temporaries. ``None``
+        the serdes and the inner adapter were closed, or gave up on). A load still waiting for
+        its stored sizes holds no temporaries; one with a deserialize whose task id is in
+        ``hung_serde_ids[reader index]``, or that the inner adapter holds while ``inner_hung``,
+        keeps its temporaries. ``None``
         when the path's lock could not be had within ``timeout`` seconds (a caller's submit
         into the inner adapter never returned): its tasks are left as they are."""
         if not self._lock.acquire(timeout=max(timeout, 0.0)):
@@ -429,7 +480,12 @@ class LoadPath:
             self._lock.release()
         held = [(task, False) for task in waiting]
         held += [(task, inner_hung) for task in loading]
-        held += [(task, serde_id in hung_serde_ids) for serde_id, task in decoding]
+        hung: dict[int, bool] = {}  # a task decoding with several configurations is taken once
+        tasks: dict[int, WrapperTask] = {}
+        for (index, serde_id), task in decoding:
+            tasks[id(task)] = task
+            hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(index, ())
+        held += [(task, hung[ident]) for ident, task in tasks.items()]
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 
     def _failer(self, task: WrapperTask, keep_temporaries: bool) -> Callable[[], None]:

@@ -58,7 +58,8 @@ class WrapperMetrics:
     Store: tasks, ok/failed tasks, KV bytes in, serialized bytes out. Load: tasks, keys, hits,
     serialized bytes in, KV bytes out. ``failures`` counts store *tasks* and load *keys* by the
     stage that failed them (``reserve``, ``serialize``, ``inner_store``, ``inner_load``,
-    ``deserialize``, ...).
+    ``deserialize``, ...). Hits decoded with a ``read_also`` configuration are counted per
+    configuration as well (they are part of ``load_hits``).
     """
 
     def __init__(self) -> None:
@@ -72,6 +73,7 @@ class WrapperMetrics:
         self._failures: dict[str, int] = {}
         self._rejections: dict[str, int] = {}
         self._repaired = 0
+        self._read_also_hits: dict[str, int] = {}
         self._latency = {stage: LatencySummary() for stage in STAGES}
         self._hung_at_close: list[dict[str, Any]] = []
 
@@ -96,6 +98,13 @@ class WrapperMetrics:
         """``n`` refused objects deleted from the inner adapter."""
         with self._lock:
             self._repaired += n
+
+    def record_read_also_hits(self, label: str, n: int) -> None:
+        """``n`` hits decoded with the ``read_also`` configuration ``label``."""
+        if n <= 0:
+            return
+        with self._lock:
+            self._read_also_hits[label] = self._read_also_hits.get(label, 0) + n
 
     def record_hung_at_close(self, hung: list[dict[str, Any]]) -> None:
         """The calls ``close()`` left running (each names its plugin, the call and where)."""
@@ -124,13 +133,17 @@ class WrapperMetrics:
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy: counts, ``failures`` by stage, ``rejections`` by reason (loaded keys
         whose stored object was refused), ``repaired`` (refused objects deleted from the inner
-        adapter), ``latency_seconds`` by stage, ``hung_at_close`` (the plugin calls ``close()``
-        left running when it returned at its bound; empty otherwise)."""
+        adapter), ``load_hits_read_also`` (hits decoded with a ``read_also`` configuration, part
+        of ``load_hits``) and ``read_also_hits`` (those by configuration), ``latency_seconds`` by
+        stage, ``hung_at_close`` (the plugin calls ``close()`` left running when it returned at
+        its bound; empty otherwise)."""
         with self._lock:
             out: dict[str, Any] = dict(self._counts)
             out["failures"] = dict(self._failures)
             out["rejections"] = dict(self._rejections)
             out["repaired"] = self._repaired
+            out["read_also_hits"] = dict(self._read_also_hits)
+            out["load_hits_read_also"] = sum(self._read_also_hits.values())
             out["latency_seconds"] = {s: v.snapshot() for s, v in self._latency.items()}
             out["hung_at_close"] = [dict(entry) for entry in self._hung_at_close]
         kv, ser = out["store_bytes_kv"], out["store_bytes_serialized"]

@@ -23,6 +23,8 @@ Every sample carries the labels ``adapter`` (the registered name) and ``serde`` 
 ``lmserde_wrapper_load_keys_total``       keys submitted to load
 ``lmserde_wrapper_load_hits_total``       keys loaded
 ``lmserde_wrapper_load_misses_total``     keys not loaded (``load_keys - load_hits``)
+``lmserde_wrapper_load_hits_read_also_total`` keys loaded with a ``read_also`` config, by
+                                          ``read_config`` (part of ``load_hits``)
 ``lmserde_wrapper_store_bytes_total``     bytes stored, by ``form`` (``kv`` in, ``serialized`` out)
 ``lmserde_wrapper_load_bytes_total``      bytes loaded, by ``form`` (``serialized`` in, ``kv`` out)
 ``lmserde_wrapper_failures_total``        failures by ``stage`` (store tasks, load keys)
@@ -32,6 +34,7 @@ Every sample carries the labels ``adapter`` (the registered name) and ``serde`` 
 ``lmserde_wrapper_healthy``               1 when ``report_status()["is_healthy"]``, else 0
 ========================================  =====================================================
 
+``load_hits_read_also`` has a series per ``read_also`` config the wrapper lists (0 included).
 ``rejections``, ``repaired`` and ``healthy`` appear only for wrappers whose snapshot or status
 has them; once present, every reason of :data:`REJECTION_REASONS` is exported (0 included) so
 rates are defined before the first rejection.
@@ -190,6 +193,9 @@ class WrapperCollector:
             "load_hits": counter("lmserde_wrapper_load_hits", "Keys loaded", labels=_LABELS),
             "load_misses": counter("lmserde_wrapper_load_misses", "Keys not loaded",
                                    labels=_LABELS),
+            "load_hits_read_also": counter("lmserde_wrapper_load_hits_read_also",
+                                           "Keys loaded with a read_also serde config",
+                                           labels=[*_LABELS, "read_config"]),
             "store_bytes": counter("lmserde_wrapper_store_bytes",
                                    "Bytes stored: kv in, serialized out", labels=[*_LABELS, "form"]),
             "load_bytes": counter("lmserde_wrapper_load_bytes",
@@ -226,6 +232,10 @@ class WrapperCollector:
         fams["load_keys"].add_metric(labels, num("load_keys"))
         fams["load_hits"].add_metric(labels, num("load_hits"))
         fams["load_misses"].add_metric(labels, max(num("load_keys") - num("load_hits"), 0.0))
+        read_also = {str(label): 0 for label in status.get("serde_read_also", ())}
+        read_also.update(snap.get("read_also_hits", {}))
+        for label, count in sorted(read_also.items()):
+            fams["load_hits_read_also"].add_metric([*labels, str(label)], float(count))
         fams["store_bytes"].add_metric([*labels, "kv"], num("store_bytes_kv"))
         fams["store_bytes"].add_metric([*labels, "serialized"], num("store_bytes_serialized"))
         fams["load_bytes"].add_metric([*labels, "serialized"], num("load_bytes_serialized"))

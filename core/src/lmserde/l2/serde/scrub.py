@@ -11,6 +11,11 @@ frame is fine, its payload bytes were not checked. Nothing is deleted unless ``d
 An object larger than ``max_object_bytes`` is not read (a buffer of its size is never
 allocated): it is reported as ``length`` damage, as no KV chunk is that large.
 
+An object whose frame names one of the wrapper's ``read_also`` configurations is checked with that
+configuration (its bound, its checksum) and gets the verdict ``read_also``: readable, not damage,
+not yet in the current configuration (``lmserde scrub --migrate``,
+:mod:`~lmserde.l2.serde.migrate`, rewrites it).
+
 Damage is what the reader can prove is bad (the frame's ``DAMAGE_REASONS``: ``format``,
 ``length``, ``checksum``, ``decode``). An object written under another serde configuration, for
 another key or layout, by another frame version or with key material this reader does not hold
@@ -49,7 +54,8 @@ from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 
-__all__ = ["DEFAULT_MAX_OBJECT_BYTES", "NOT_MINE", "ScrubReport", "scrub_adapter"]
+__all__ = ["DEFAULT_MAX_OBJECT_BYTES", "NOT_MINE", "ScrubReport", "scrub_adapter", "check_frame",
+           "groups_within_l1", "key_dict", "check_walk"]
 
 #: Objects above this size are reported as ``length`` damage without being read (4 GiB: a
 #: Llama-3-405B chunk of 2,048 tokens in bf16 is 1 GiB).
@@ -61,17 +67,20 @@ _log = logging.getLogger(__name__)
 #: ``unchecked`` (without decoding: frame fine, but its payload carries no checksum because its
 #: serde authenticates it, e.g. aesgcm frame v2, so only a decode checks the payload's bytes),
 #: ``undecoded`` (frame fine, but its layout is stored as a digest: neither the layout check nor
-#: a decode is possible offline) or ``unverified`` (not examined: the adapter could not say its
-#: size, or the decode failed for a reason other than the bytes, e.g. a key service that cannot
-#: be reached, or it needs more L1 than there is; not damage, never deleted).
+#: a decode is possible offline), ``read_also`` (frame fine, written by one of the wrapper's
+#: ``read_also`` configurations: readable, not yet migrated) or ``unverified`` (not examined:
+#: the adapter could not say its size, or the decode failed for a reason other than the bytes,
+#: e.g. a key service that cannot be reached, or it needs more L1 than there is; not damage,
+#: never deleted).
 Verdict = str
 #: Verdicts that are not damage.
-_NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified"})
+_NOT_DAMAGE = frozenset({"ok", "missing", "unchecked", "undecoded", "unverified", "read_also"})
 #: Verdicts of objects that are someone else's ("not mine"): not damage, kept unless asked.
 NOT_MINE = NOT_MINE_REASONS
 
 
-def _key_dict(key: ObjectKey) -> dict[str, Any]:
+def key_dict(key: ObjectKey) -> dict[str, Any]:
+    """A key as the JSON reports show it (chunk hash in hex, tenant, model, rank, group)."""
     return {"chunk_hash": key.chunk_hash.hex(), "model_name": key.model_name,
             "kv_rank": key.kv_rank, "object_group_id": key.object_group_id,
             "cache_salt": key.cache_salt}
@@ -133,9 +142,9 @@ class ScrubReport:
             "scanned": self.scanned,
             "ok": self.ok,
             "verdicts": dict(sorted(self.verdicts.items())),
-            "damaged": [_key_dict(k) for k in self.damaged],
+            "damaged": [key_dict(k) for k in self.damaged],
             "deleted": self.deleted,
-            "foreign": [_key_dict(k) for k in self.foreign],
+            "foreign": [key_dict(k) for k in self.foreign],
             "foreign_deleted": self.foreign_deleted,
             "entries": None if entries is None else {
                 "verdicts": dict(sorted(_count_reasons(entries).items())),
@@ -160,24 +169,26 @@ def _byte_obj(size: int) -> TensorMemoryObj:
                                     fmt=MemoryFormat.BINARY_BUFFER)
 
 
-def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
-                 size: int) -> tuple[Verdict, MemoryLayoutDesc | None]:
-    """Read one object raw and verify its frame; the verdict and the layout it records."""
-    framer = wrapper.framer
-    assert framer is not None
+def check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
+                size: int) -> tuple[Verdict, MemoryLayoutDesc | None]:
+    """Read one object raw and verify its frame against the configuration it names (the
+    wrapper's own or a ``read_also`` one); the verdict and the layout it records."""
     buf = _byte_obj(max(size, 1))
     buf.set_used_size(size)
     if not load_sync(wrapper.inner_adapter, [key], [buf]).test(0):
         return "missing", None
     try:
         header = parse_header(tensor_bytes(buf.raw_data[:min(size, FRAME_HEADER_BYTES)]))
-        if header.config_fingerprint != framer.config_id:  # before anything this config judges
+        index = wrapper.read_configs.index_of(header.config_fingerprint)
+        if index is None:  # before anything this config judges
             return "config", None
         if header.key_fingerprint != key_fingerprint(key):
             return "key", None
         layout = header.layout()
-        bound = wrapper.payload_bound(layout) if layout is not None else size
-        framer.open(buf, key, layout, bound)
+        reader = wrapper.read_configs[index]
+        assert reader.framer is not None
+        bound = reader.shape.payload_bound(layout) if layout is not None else size
+        reader.framer.open(buf, key, layout, bound)
     except FrameRejected as exc:
         return exc.reason, None
     except ValueError as exc:  # this very config recorded a layout it cannot have written
@@ -185,6 +196,8 @@ def _check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
         return "format", None
     if layout is None:
         return "undecoded", None
+    if index:
+        return "read_also", layout
     # no payload checksum: the serde authenticates the payload, which only a decode checks
     return ("ok" if header.payload_checksum is not None else "unchecked"), layout
 
@@ -219,12 +232,13 @@ def _decode(wrapper: SerdeL2AdapterWrapper, keys: list[ObjectKey],
     return verdicts
 
 
-def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, MemoryLayoutDesc]],
-                   rejections: _Rejections) -> list[Verdict]:
-    """:func:`_decode` in groups whose temporaries fit the wrapper's L1 (a load reserves each
-    object's stored bound there); an object that alone does not fit is ``unverified``."""
+def groups_within_l1(wrapper: SerdeL2AdapterWrapper,
+                     items: list[tuple[ObjectKey, MemoryLayoutDesc]]
+                     ) -> tuple[list[list[tuple[ObjectKey, MemoryLayoutDesc]]], list[ObjectKey]]:
+    """``items`` in groups whose load temporaries fit the wrapper's L1 together (a load reserves
+    each object's stored bound there), and the keys that alone do not fit (logged)."""
     budget = wrapper.l1_manager.capacity_bytes
-    verdicts: dict[ObjectKey, Verdict] = {}
+    too_big: list[ObjectKey] = []
     groups: list[list[tuple[ObjectKey, MemoryLayoutDesc]]] = []
     used = 0
     for key, layout in items:
@@ -233,17 +247,43 @@ def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, 
             _log.warning("scrub: %s needs %d bytes of L1 to decode, more than its %d: not "
                          "decoded (give scrub more L1, --l1-bytes)", key.chunk_hash.hex(), need,
                          budget)
-            verdicts[key] = "unverified"
+            too_big.append(key)
             continue
         if not groups or used + need > budget:
             groups.append([])
             used = 0
         groups[-1].append((key, layout))
         used += need
+    return groups, too_big
+
+
+def _decode_within(wrapper: SerdeL2AdapterWrapper, items: list[tuple[ObjectKey, MemoryLayoutDesc]],
+                   rejections: _Rejections) -> list[Verdict]:
+    """:func:`_decode` in groups whose temporaries fit the wrapper's L1 (:func:`groups_within_l1`);
+    an object that alone does not fit is ``unverified``."""
+    groups, too_big = groups_within_l1(wrapper, items)
+    verdicts: dict[ObjectKey, Verdict] = {key: "unverified" for key in too_big}
     for group in groups:
         keys = [key for key, _ in group]
         verdicts.update(zip(keys, _decode(wrapper, keys, [lay for _, lay in group], rejections)))
     return [verdicts[key] for key, _ in items]
+
+
+def check_walk(wrapper: SerdeL2AdapterWrapper, tool: str, *, batch: int,
+               max_object_bytes: int) -> None:
+    """``ValueError`` unless ``tool`` (scrub, migrate) can walk ``wrapper``'s objects: framed
+    objects, an adapter that reports their sizes, ``batch >= 1`` and a ``max_object_bytes`` that
+    holds at least a frame header."""
+    if wrapper.framer is None:
+        raise ValueError(f"{tool} needs framed objects: this adapter stores raw serde bytes "
+                         "(serde_frame is false), which carry nothing to verify")
+    if not wrapper.inner_adapter.reports_object_sizes():
+        raise ValueError(f"{tool} needs an adapter that reports stored object sizes")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if max_object_bytes < FRAME_HEADER_BYTES:
+        raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
+                         f"got {max_object_bytes}")
 
 
 def scrub_adapter(
@@ -269,16 +309,7 @@ def scrub_adapter(
     unread. ``entries`` (default) scrubs the inner adapter's entries first, when it can see
     them (``report.entries``); ``OSError`` when its storage cannot be walked.
     """
-    if wrapper.framer is None:
-        raise ValueError("scrub needs framed objects: this adapter stores raw serde bytes "
-                         "(serde_frame is false), which carry nothing to verify")
-    if not wrapper.inner_adapter.reports_object_sizes():
-        raise ValueError("scrub needs an adapter that reports stored object sizes")
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
-    if max_object_bytes < FRAME_HEADER_BYTES:
-        raise ValueError(f"max_object_bytes must be >= {FRAME_HEADER_BYTES}, "
-                         f"got {max_object_bytes}")
+    check_walk(wrapper, "scrub", batch=batch, max_object_bytes=max_object_bytes)
     report = ScrubReport()
     if entries:
         report.entries = scrub_entries_of(wrapper.inner_adapter, delete=delete)
@@ -306,6 +337,7 @@ def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], repo
                  decode: bool, max_object_bytes: int, rejections: _Rejections) -> None:
     sizes, unknown = wrapper.examine_sizes(keys)
     to_decode: list[tuple[ObjectKey, MemoryLayoutDesc]] = []
+    framed: dict[ObjectKey, Verdict] = {}
     for key in keys:
         size = sizes.get(key)
         if size is None:
@@ -316,12 +348,15 @@ def _scrub_batch(wrapper: SerdeL2AdapterWrapper, keys: Sequence[ObjectKey], repo
                       key.chunk_hash.hex(), size, max_object_bytes)
             report.add(key, "length")
             continue
-        verdict, layout = _check_frame(wrapper, key, size)
-        if verdict in ("ok", "unchecked") and decode and layout is not None:
+        verdict, layout = check_frame(wrapper, key, size)
+        if verdict in ("ok", "unchecked", "read_also") and decode and layout is not None:
             to_decode.append((key, layout))
+            framed[key] = verdict
             continue
         report.add(key, verdict)
     if to_decode:
         for (key, _layout), verdict in zip(to_decode,
                                            _decode_within(wrapper, to_decode, rejections)):
-            report.add(key, verdict)
+            # a decoded read_also object stays read_also: still to be migrated
+            report.add(key, framed[key] if verdict == "ok" and framed[key] == "read_also"
+                       else verdict)

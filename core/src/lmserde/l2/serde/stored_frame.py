@@ -80,6 +80,7 @@ __all__ = [
     "build_header",
     "parse_header",
     "check_header",
+    "stored_config_fingerprint",
     "ObjectFramer",
     "PendingHeader",
 ]
@@ -331,6 +332,20 @@ def check_header(
         raise FrameRejected(
             "length", f"header says {header.payload_length} payload bytes, more than the serde "
             f"can write for this layout ({payload_bound})")
+
+
+def stored_config_fingerprint(buffer: MemoryObj) -> int | None:
+    """The config fingerprint the frame header at the start of ``buffer`` names (which serde
+    configuration wrote the object), or ``None`` when ``buffer`` holds no header of this frame
+    version that passes its own checksum. Only the header is read; nothing is vouched for the
+    payload. The one place a reader peeks at a header to choose among configurations
+    (:mod:`lmserde.l2.serde.read_configs`)."""
+    if buffer.get_size() < FRAME_HEADER_BYTES:
+        return None
+    try:
+        return parse_header(_get_header(buffer.raw_data)).config_fingerprint
+    except FrameRejected:
+        return None
 
 
 def _is_plain_cpu_bytes(raw: torch.Tensor, nbytes: int) -> bool:

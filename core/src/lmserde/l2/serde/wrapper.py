@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmserde.base import SerdeProcessor
-from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
 from lmserde.l1.manager import L1Manager
@@ -40,7 +39,13 @@ from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_wi
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.serde_shape import SerdeShape
+from lmserde.l2.serde.read_configs import (
+    ConfigReaders,
+    ReadAlsoSerde,
+    config_reader,
+    framer_for,
+    read_also_readers,
+)
 from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
@@ -51,7 +56,7 @@ from lmserde.memory import MemoryObj
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
-           "UNHEALTHY_AFTER_FAILURES"]
+           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,17 +64,6 @@ UPPER_BOUND_PAIRING_ERROR = (
     "Upper-bound serde output requires the filesystem adapter's actual-used-length load "
     "contract; unsupported pairing(s): "
 )
-
-
-def _reports_payload_checksum(serde: SerdeProcessor) -> bool:
-    """``serde.reports_payload_checksum()``, ``False`` when that raises (a plugin's processor)."""
-    try:
-        return serde.reports_payload_checksum() is True
-    except BaseException as exc:
-        if must_propagate(exc):
-            raise
-        _log.warning("serde wrapper: reports_payload_checksum raised: %s", describe_exception(exc))
-        return False
 
 
 def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
@@ -120,6 +114,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     deleted. A key that misses without being refused (a decode that failed for a reason other
     than its bytes) is kept and not reported there.
 
+    ``read_also``: earlier serde configurations this wrapper also reads (stores always use
+    ``serde``): an object whose frame names one of them is decoded with that configuration's
+    processor and is a hit (counted in ``load_hits_read_also`` and ``read_also_hits`` by
+    configuration); an object of a configuration not listed stays a ``config`` miss, kept. They
+    need framing and an adapter that reports stored sizes (load temporaries hold the largest
+    bound of every configuration, narrowed to the stored object); ``ValueError`` otherwise, or
+    for a configuration listed twice or equal to ``serde``. Their processors are owned by the
+    wrapper and closed with it, under the same bound.
+
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
     ``serde_wrapper`` (the :class:`~lmserde.l2.serde.metrics.WrapperMetrics` snapshot, with
@@ -138,6 +141,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         size_contract: SerdeSizeContract | None = None,
         frame: bool = True,
         repair: bool = True,
+        read_also: Sequence[ReadAlsoSerde] = (),
     ) -> None:
         self._serde = serde
         self._l1 = l1_manager
@@ -152,14 +156,24 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = self._make_framer(serde) if frame else None
+        self._framer = framer_for(serde, self.serde_type) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
+        primary = config_reader(serde, self.serde_type, self._framer)
+        if read_also and not reports_sizes:
+            raise ValueError(
+                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
+                f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
+                "the object whichever config wrote it")
+        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary)])
+        read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
-                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd()}
-        if len(watched_fds) != 4:
+                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
+                       *read_fds}
+        if len(watched_fds) != 4 + len(read_fds):
             raise ValueError(
                 "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
                 "must be four distinct file descriptors"
+                + (", and each read_also serde's deserialize fd another one" if read_fds else "")
             )
         # A framed tier heals on store: an object that does not verify, or that another config
         # or key wrote, is replaced by the next store of its key (not skipped as existing).
@@ -168,7 +182,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         self._streaks = FailureStreaks()
         load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         super().__init__(inner_adapter, "serde-l2-wrapper")  # opens the queues' fds
-        shape = SerdeShape(serde, self.serde_type, self._framer)
+        shape = primary.shape
         temporaries = Temporaries(l1_manager)
         self._shape = shape
         self._stores = StorePath(
@@ -179,33 +193,22 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
             streaks=self._streaks)
         self._loads = LoadPath(
-            serde=serde, serde_type=self.serde_type, inner=inner_adapter, framer=self._framer,
+            readers=self._readers, serde_type=self.serde_type, inner=inner_adapter,
             # the stored sizes narrow the temporaries (an upper-bound serde's objects vary in
             # length; an exact one reads objects other writers' options made shorter, e.g. an
             # older aesgcm frame version): asked inline when they are local (fs: a stat), on the
             # background worker when they may wait on the network (redis, s3)
             stored_sizes=(("inline" if adapter_sizes_are_local(inner_adapter) else "worker")
                           if reports_sizes else "none"),
-            # the serde's deserializer hashes the payload while it decodes (lmserde.frame_checksum)
-            serde_hashes_loads=checksummed and _reports_payload_checksum(serde),
-            repair=bool(repair), shape=shape, temporaries=temporaries, queues=self._queues,
+            repair=bool(repair), temporaries=temporaries, queues=self._queues,
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
                                                                   reason, keys))
         self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
                      inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
                      inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
-                     serde.get_deserialize_event_fd(): self._loads.drain_deserialize})
-
-    def _make_framer(self, serde: SerdeProcessor) -> ObjectFramer:
-        try:
-            framer = ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
-        except BaseException as exc:
-            raise ValueError(
-                f"serde '{self.serde_type}': cannot build the stored-object frame from its config: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return framer
+                     serde.get_deserialize_event_fd(): self._loads.drain_deserialize,
+                     **{fd: self._loads.drain_deserialize for fd in read_fds}})
 
     # -- accessors ------------------------------------------------------------------------------
 
@@ -232,9 +235,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         return self._shape.payload_bound(layout)
 
     def stored_bound(self, layout: MemoryLayoutDesc) -> int:
-        """The largest stored object of ``layout`` (frame included): what a load of it reserves
-        in L1 for its temporary."""
-        return self._shape.stored_bound(self._shape.payload_bound(layout))
+        """The largest stored object of ``layout`` (frame included) of any configuration this
+        wrapper reads: what a load of it reserves in L1 for its temporary."""
+        return self._shape.stored_bound(self._readers.load_bound(layout))
+
+    @property
+    def read_configs(self) -> ConfigReaders:
+        """The serde configurations loads decode: this wrapper's own first, then ``read_also``."""
+        return self._readers
 
     def metrics(self) -> dict[str, Any]:
         """The wrapper's own metrics (see :class:`~lmserde.l2.serde.metrics.WrapperMetrics`)."""
@@ -288,6 +296,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             "serde_wrapped": True, "serde_type": self.serde_type,
             "serde_size_contract": self.size_contract.value,
             "serde_framed": self._framer is not None,
+            "serde_read_also": self._readers.labels[1:],
             "serde_replacing_stores": self._replacing_stores,
             "serde_wrapper": self._metrics.snapshot(),
             "serde_consecutive_failures": self._streaks.snapshot(),
@@ -311,11 +320,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             return
         self._stores.stop_accepting()
         self._loads.stop_accepting()
-        report = close_within(self._loop, self._inner, self._serde, self.adapter_type)
+        report = close_within(self._loop, self._inner, self._serde, self.adapter_type,
+                              read_serdes=[r.serde for r in list(self._readers)[1:]])
         unfinished: list[UnfinishedTask] = []
-        for name, path in (("store path", self._stores), ("load path", self._loads)):
-            taken = path.take_unfinished(report.serde_task_ids, report.inner_hung,
-                                         max(report.left(), 0.05))
+        hung_loads = {0: report.serde_task_ids, **{
+            index: ids for index, ids in enumerate(report.read_serde_task_ids, start=1)}}
+        paths: tuple[tuple[str, Any, Any], ...] = (
+            ("store path", self._stores, report.serde_task_ids),
+            ("load path", self._loads, hung_loads))
+        for name, path, hung_ids in paths:
+            taken = path.take_unfinished(hung_ids, report.inner_hung, max(report.left(), 0.05))
             if taken is None:
                 what = (f"a caller's submit_{name.split()[0]}_task is stuck in the serde's or the "
                         "inner adapter's submit; its tasks were left unfinished")

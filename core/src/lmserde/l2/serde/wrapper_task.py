@@ -59,6 +59,10 @@ class WrapperTask:
     # load only
     positions: list[int] = field(default_factory=list)  # caller index of each temp
     dst_items: list[Any] = field(default_factory=list)  # deserialize destination per temp
+    dst_objects: list[MemoryObj] = field(default_factory=list)  # the L1 object per temp
+    readers: list[int] = field(default_factory=list)  # per temp, the config reader that opened it
+    decoding: dict[int, list[int]] = field(default_factory=dict)  # reader -> slots it decodes
+    slot_errors: dict[int, BaseException | None] = field(default_factory=dict)  # decoded slots
     hit_slots: list[int] = field(default_factory=list)  # temp indices sent to deserialize
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
