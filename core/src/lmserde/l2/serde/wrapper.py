@@ -18,10 +18,12 @@ the split tier's base too).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+from lmserde.adaptive import AutoPolicy
 from lmserde.base import SerdeProcessor
 from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
@@ -35,6 +37,7 @@ from lmserde.l2.contract.inner_delegation import (
 )
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
+from lmserde.l2.serde.auto_writes import AutoWrites
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.load_path import LoadPath
@@ -46,7 +49,7 @@ from lmserde.l2.serde.read_configs import (
     framer_for,
     read_also_readers,
 )
-from lmserde.l2.serde.store_path import StorePath
+from lmserde.l2.serde.store_path import StorePath, StoreWriter
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
 from lmserde.l2.serde.temporaries import L1_WRITE_TAG, Temporaries
@@ -56,7 +59,7 @@ from lmserde.memory import MemoryObj
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
-           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde"]
+           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde", "AutoWrites"]
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +126,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     for a configuration listed twice or equal to ``serde``. Their processors are owned by the
     wrapper and closed with it, under the same bound.
 
+    ``auto`` (:class:`~lmserde.l2.serde.auto_writes.AutoWrites`): the ``auto`` serde; ``serde``
+    is then its first candidate and ``serde_type`` that candidate's type. Each store task is
+    serialized by the candidate the policy picks and framed with that candidate's config, each
+    load decoded by the candidate its frame names (the candidates read first, then
+    ``read_also``); the policy hears what every store and decoded load took. Needs framing and
+    an adapter that reports stored sizes (``ValueError`` otherwise). ``serde_type`` (the
+    attribute, events, metrics) is then ``auto``, and ``report_status()["serde_auto"]`` is the
+    policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
+
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
     ``serde_wrapper`` (the :class:`~lmserde.l2.serde.metrics.WrapperMetrics` snapshot, with
@@ -142,12 +154,25 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         frame: bool = True,
         repair: bool = True,
         read_also: Sequence[ReadAlsoSerde] = (),
+        auto: AutoWrites | None = None,
     ) -> None:
         self._serde = serde
         self._l1 = l1_manager
+        self._auto = auto
         self.serde_type = serde_type or serde.serde_type or type(serde).__name__
+        first_type = self.serde_type
         self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
+        first_contract = self.size_contract
         reports_sizes = adapter_reports_sizes(inner_adapter)
+        if auto is not None:
+            if not frame or not reports_sizes:
+                raise ValueError(
+                    "serde 'auto' needs framed objects (the frame names the candidate that wrote "
+                    "each object) and an adapter that reports stored object sizes (fs, memory, "
+                    f"redis, s3): '{self.adapter_type if frame else 'serde_frame: false'}' "
+                    "does not do that")
+            self.serde_type = "auto"
+            self.size_contract = auto.size_contract_of_all or self.size_contract
         if self.size_contract is SerdeSizeContract.UPPER_BOUND and not reports_sizes:
             backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
             raise ValueError(
@@ -156,20 +181,24 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = framer_for(serde, self.serde_type) if frame else None
+        self._framer = framer_for(serde, first_type) if frame else None
         checksummed = self._framer is not None and self._framer.checksum
-        primary = config_reader(serde, self.serde_type, self._framer)
+        own = ([config_reader(serde, first_type, self._framer)] if auto is None
+               else auto.readers(serde, first_type))
+        primary = own[0]
         if read_also and not reports_sizes:
             raise ValueError(
                 f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
                 f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
                 "the object whichever config wrote it")
-        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary)])
+        self._readers = ConfigReaders([*own, *read_also_readers(read_also, primary)])
+        self._own_count = len(own)  # the readers of the configs it writes, then read_also
         read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
+        write_fds = [r.serde.get_serialize_event_fd() for r in own[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
                        inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
-                       *read_fds}
-        if len(watched_fds) != 4 + len(read_fds):
+                       *read_fds, *write_fds}
+        if len(watched_fds) != 4 + len(read_fds) + len(write_fds):
             raise ValueError(
                 "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
                 "must be four distinct file descriptors"
@@ -185,13 +214,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         shape = primary.shape
         temporaries = Temporaries(l1_manager)
         self._shape = shape
+        # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
+        head_last = adapter_writes_head_last(inner_adapter)
+        writers = ([StoreWriter(serde, first_type, first_contract, self._framer,
+                                checksummed and head_last, shape)] if auto is None
+                   else auto.writers(own, first_contract, head_last))
         self._stores = StorePath(
-            serde=serde, serde_type=self.serde_type, inner=inner_adapter,
-            size_contract=self.size_contract, framer=self._framer,
-            # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
-            head_last=checksummed and adapter_writes_head_last(inner_adapter),
-            shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
-            streaks=self._streaks)
+            writers=writers, serde_type=self.serde_type, inner=inner_adapter,
+            temporaries=temporaries, queues=self._queues, metrics=self._metrics,
+            streaks=self._streaks, choose=None if auto is None else auto.policy.decide,
+            on_stored=None if auto is None else auto.observe_store)
         self._loads = LoadPath(
             readers=self._readers, serde_type=self.serde_type, inner=inner_adapter,
             # the stored sizes narrow the temporaries (an upper-bound serde's objects vary in
@@ -203,12 +235,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             repair=bool(repair), temporaries=temporaries, queues=self._queues,
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
-                                                                  reason, keys))
+                                                                  reason, keys),
+            on_loaded=None if auto is None else auto.observe_load)
         self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
                      inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
                      inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
                      serde.get_deserialize_event_fd(): self._loads.drain_deserialize,
-                     **{fd: self._loads.drain_deserialize for fd in read_fds}})
+                     **{fd: self._loads.drain_deserialize for fd in read_fds},
+                     **{fd: functools.partial(self._stores.drain_serialize, i)
+                        for i, fd in enumerate(write_fds, start=1)}})
 
     # -- accessors ------------------------------------------------------------------------------
 
@@ -238,6 +273,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         """The largest stored object of ``layout`` (frame included) of any configuration this
         wrapper reads: what a load of it reserves in L1 for its temporary."""
         return self._shape.stored_bound(self._readers.load_bound(layout))
+
+    @property
+    def auto_policy(self) -> AutoPolicy | None:
+        """The ``auto`` serde's decision policy (``None`` for a wrapper of one serde)."""
+        return None if self._auto is None else self._auto.policy
 
     @property
     def read_configs(self) -> ConfigReaders:
@@ -296,7 +336,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             "serde_wrapped": True, "serde_type": self.serde_type,
             "serde_size_contract": self.size_contract.value,
             "serde_framed": self._framer is not None,
-            "serde_read_also": self._readers.labels[1:],
+            "serde_read_also": self._readers.labels[self._own_count:],
+            **({} if self._auto is None else {"serde_auto": self._auto.policy.snapshot()}),
             "serde_replacing_stores": self._replacing_stores,
             "serde_wrapper": self._metrics.snapshot(),
             "serde_consecutive_failures": self._streaks.snapshot(),
@@ -323,12 +364,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         report = close_within(self._loop, self._inner, self._serde, self.adapter_type,
                               read_serdes=[r.serde for r in list(self._readers)[1:]])
         unfinished: list[UnfinishedTask] = []
-        hung_loads = {0: report.serde_task_ids, **{
+        hung_ids = {0: report.serde_task_ids, **{
             index: ids for index, ids in enumerate(report.read_serde_task_ids, start=1)}}
-        paths: tuple[tuple[str, Any, Any], ...] = (
-            ("store path", self._stores, report.serde_task_ids),
-            ("load path", self._loads, hung_loads))
-        for name, path, hung_ids in paths:
+        paths: tuple[tuple[str, Any], ...] = (("store path", self._stores),
+                                              ("load path", self._loads))
+        for name, path in paths:
             taken = path.take_unfinished(hung_ids, report.inner_hung, max(report.left(), 0.05))
             if taken is None:
                 what = (f"a caller's submit_{name.split()[0]}_task is stuck in the serde's or the "

@@ -1,0 +1,332 @@
+"""Serde ``auto``: per store, the candidate with the least expected store + load time on this
+adapter, measured online (real ``fs`` and ``memory`` tiers, throttled by the fault adapter's
+bandwidth injection).
+
+Objects are 2 MiB of compressible KV (bf16 values from 16 levels: zstd stores about 3.5x
+less), so a fast tier stores raw bytes (zstd's codec time costs more than the bytes it saves)
+and a tier throttled to 100 MB/s compresses. The fast tier is ``memory``: on the shared
+two-core test machine an ``fs`` tier's measured speed falls to ~300 MB/s under load, where
+compressing this data is the right choice (the policy's answer depends on what it measures). The policy runs with ``window: 8, confirm: 2``:
+after a throttle, the choice switches within ``window + confirm`` = 10 objects (the bound of
+docs/adaptive.md). Every object is loaded back and compared with what was stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from datapath_driver import Cache, key_of, objects_for, open_fds
+from lmserde import MemoryLayoutDesc, ObjectKey
+from lmserde.hooks import flush_events, get_plugin_manager, hookimpl
+from lmserde.l2 import (
+    FRAME_HEADER_BYTES,
+    SerdeL2AdapterWrapper,
+    create_l2_adapter,
+    key_file_name,
+    parse_l2_adapter_spec,
+)
+from lmserde.l2.adapters.fault import FaultInjectingL2Adapter
+from lmserde.l2.serde.stored_frame import parse_header
+from lmserde.memory import MemoryObj, TensorMemoryObj
+from lmserde.observability import PolicyChangeEvent
+
+pytest.importorskip("lmserde_zstd", reason="auto chooses between raw bytes and zstd here")
+pytest.importorskip("lmserde_fp8", reason="the lossy candidates are fp8 and fp8 + zstd")
+
+KV = MemoryLayoutDesc([[512, 2, 8, 128]], [torch.bfloat16])  # 2 MiB: codec time beats noise
+IDENTITY: dict[str, Any] = {"type": "identity"}
+ZSTD: dict[str, Any] = {"type": "zstd"}
+FP8: dict[str, Any] = {"type": "fp8"}
+WINDOW, CONFIRM = 8, 2
+SWITCH_BOUND = WINDOW + CONFIRM  # docs/adaptive.md, "Switch bound"
+SLOW = 100e6  # bytes per second
+
+
+def _object(seed: int) -> MemoryObj:
+    """Compressible KV: bf16 values from 16 levels (zstd: about 3.5x)."""
+    gen = torch.Generator().manual_seed(seed)
+    obj = TensorMemoryObj.allocate(KV)
+    levels = torch.randint(-8, 8, (obj.get_size() // 2,), generator=gen).float() / 4
+    obj.raw_data[:obj.get_size()].view(torch.bfloat16).copy_(levels.to(torch.bfloat16))
+    return obj
+
+
+def _bytes(obj: MemoryObj) -> torch.Tensor:
+    return obj.raw_data[:obj.get_size()].clone()
+
+
+def _auto(candidates: list[Any], **options: Any) -> dict[str, Any]:
+    return {"type": "auto", "candidates": candidates, "window": WINDOW, "confirm": CONFIRM,
+            **options}
+
+
+def _open(base: Path | None, cache: Cache, serde: Any, bandwidth: float = 0.0,
+          **extra: Any) -> SerdeL2AdapterWrapper:
+    """A fault adapter over ``fs`` at ``base`` (``memory`` for ``None``) with ``serde``."""
+    inner = {"type": "memory"} if base is None else {"type": "fs", "base_path": str(base)}
+    spec = {"type": "fault", "inner": inner,
+            "bandwidth_bytes_per_second": bandwidth, "serde": serde, **extra}
+    wrapper = create_l2_adapter(spec, cache.l1)
+    assert isinstance(wrapper, SerdeL2AdapterWrapper)
+    return wrapper
+
+
+class Run:
+    """Stores objects one task at a time, loads each back at once, and remembers them all."""
+
+    def __init__(self, wrapper: SerdeL2AdapterWrapper, cache: Cache) -> None:
+        self.wrapper = wrapper
+        self.cache = cache
+        self.stored: dict[ObjectKey, torch.Tensor] = {}
+
+    def step(self) -> None:
+        i = len(self.stored)
+        key, obj = key_of(i, salt="auto"), _object(i)
+        assert self.cache.store(self.wrapper, [key], [obj]).is_successful()
+        self.stored[key] = _bytes(obj)
+        hits, data = self.cache.load(self.wrapper, [key], KV)
+        assert hits.to_list() == [True]
+        assert torch.equal(data[0], self.stored[key])  # bit-exact: both candidates are lossless
+
+    def steps(self, n: int) -> None:
+        for _ in range(n):
+            self.step()
+
+    def reload_all(self) -> None:
+        keys = list(self.stored)
+        hits, data = self.cache.load(self.wrapper, keys, [KV] * len(keys))
+        assert hits.to_list() == [True] * len(keys)
+        for key, loaded in zip(keys, data):
+            assert torch.equal(loaded, self.stored[key])
+
+    @property
+    def policy(self) -> Any:
+        policy = self.wrapper.auto_policy
+        assert policy is not None
+        return policy
+
+    def current(self) -> str | None:
+        current = self.policy.current
+        return None if current is None else self.policy.candidates[current].name
+
+
+def _written_by(base: Path, key: ObjectKey) -> int:
+    """The config fingerprint the stored object's frame names (what the frame records)."""
+    return parse_header((base / key_file_name(key)).read_bytes()[:FRAME_HEADER_BYTES]
+                        ).config_fingerprint
+
+
+def _fingerprints(wrapper: SerdeL2AdapterWrapper) -> dict[int, str]:
+    return {r.config_id: r.label for r in wrapper.read_configs if r.config_id is not None}
+
+
+def test_a_fast_tier_stores_mostly_raw_bytes(cache: Cache) -> None:
+    with _open(None, cache, _auto([IDENTITY, ZSTD])) as wrapper:
+        run = Run(wrapper, cache)
+        run.steps(16)
+        assert run.current() == "identity", wrapper.report_status()["serde_auto"]
+        choices = wrapper.report_status()["serde_auto"]["choices"]
+        assert choices["identity"] >= 11 and sum(choices.values()) == 16
+        assert choices["zstd"] >= 2  # warm-up measured it
+        run.reload_all()
+
+
+def test_a_tier_throttled_to_100_mb_per_s_compresses(tmp_path: Path, cache: Cache) -> None:
+    with _open(tmp_path, cache, _auto([IDENTITY, ZSTD]), bandwidth=SLOW) as wrapper:
+        run = Run(wrapper, cache)
+        run.steps(12)
+        status = wrapper.report_status()["serde_auto"]
+        assert run.current() == "zstd", status
+        assert status["choices"]["zstd"] >= 8
+        assert status["store_bytes_per_second"] < SLOW  # measured, throttle included
+        run.reload_all()
+        written = _fingerprints(wrapper)
+    stored = [written[_written_by(tmp_path, k)] for k in run.stored]
+    assert stored.count("zstd") == status["choices"]["zstd"]  # the frame says who wrote it
+    assert stored.count("identity") == status["choices"]["identity"]
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self.events: list[PolicyChangeEvent] = []
+
+    @hookimpl
+    def lmserde_policy_changed(self, event: PolicyChangeEvent) -> None:
+        self.events.append(event)
+
+
+def test_throttling_mid_run_switches_within_the_bound_and_every_object_loads(
+        cache: Cache) -> None:
+    listener = _Listener()
+    get_plugin_manager().register(listener, name="test-auto-listener")
+    try:
+        with _open(None, cache, _auto([IDENTITY, ZSTD], explore_every=4)) as wrapper:
+            run = Run(wrapper, cache)
+            run.steps(10)
+            assert run.current() == "identity", wrapper.report_status()["serde_auto"]
+            before = len(run.stored)
+            fault = wrapper.inner_adapter
+            assert isinstance(fault, FaultInjectingL2Adapter)
+            fault.set_bandwidth(SLOW)
+            for _ in range(SWITCH_BOUND):
+                run.step()
+                if run.current() == "zstd":
+                    break
+            assert run.current() == "zstd", wrapper.report_status()["serde_auto"]
+            switched_after = len(run.stored) - before
+            assert switched_after <= SWITCH_BOUND
+            run.steps(6)  # after the switch: compressing, with an exploration of raw bytes
+            run.reload_all()  # before, during and after the switch: every object, bit-exact
+            choices = wrapper.report_status()["serde_auto"]["choices"]
+            assert flush_events()
+    finally:
+        get_plugin_manager().unregister(name="test-auto-listener")
+    assert choices["zstd"] >= 5 and choices["identity"] >= 6
+    changes = [(e.previous, e.current, e.reason) for e in listener.events if e.policy == "auto"]
+    assert changes[0] == (None, "identity", "initial")
+    assert ("identity", "zstd", "measured") in changes
+
+
+def test_lossy_candidates_load_what_each_one_decodes(tmp_path: Path, cache: Cache) -> None:
+    keys = [key_of(i, salt="lossy") for i in range(6)]
+    objects = objects_for(KV, 6, seed=100)  # normal values: fp8 rounds them
+    with create_l2_adapter({"type": "memory", "serde": FP8}, cache.l1) as plain:
+        assert cache.store(plain, keys, objects).is_successful()
+        hits, fp8_decoded = cache.load(plain, keys, [KV] * 6)  # what fp8 alone gives back
+        assert all(hits.to_list())
+    with _open(tmp_path, cache, _auto([FP8, [FP8, ZSTD]], warmup=3)) as wrapper:
+        for key, obj in zip(keys, objects):  # warm-up: the two candidates take turns
+            assert cache.store(wrapper, [key], [obj]).is_successful()
+        hits, data = cache.load(wrapper, keys, [KV] * 6)
+        written = _fingerprints(wrapper)
+    assert hits.to_list() == [True] * 6
+    assert {written[_written_by(tmp_path, k)] for k in keys} == {"fp8", "fp8+zstd"}
+    for loaded, expected, obj in zip(data, fp8_decoded, objects):
+        assert torch.equal(loaded, expected)  # fp8+zstd decodes to fp8's values
+        assert not torch.equal(loaded, _bytes(obj))  # (lossy: not the stored bytes)
+
+
+def test_auto_reads_read_also_objects_and_read_also_reads_auto_candidates(
+        tmp_path: Path, cache: Cache) -> None:
+    old = [key_of(i, salt="old") for i in range(3)]
+    old_objects = [_object(200 + i) for i in range(3)]
+    with _open(tmp_path, cache, FP8) as plain:
+        assert cache.store(plain, old, old_objects).is_successful()
+        _, fp8_decoded = cache.load(plain, old, [KV] * 3)
+    auto = _auto([IDENTITY, ZSTD])
+    new = [key_of(i, salt="new") for i in range(4)]
+    new_objects = [_object(300 + i) for i in range(4)]
+    with _open(tmp_path, cache, auto, read_also=[FP8]) as wrapper:
+        assert wrapper.report_status()["serde_read_also"] == ["fp8"]
+        hits, data = cache.load(wrapper, old, [KV] * 3)
+        assert hits.to_list() == [True] * 3 and all(
+            torch.equal(a, b) for a, b in zip(data, fp8_decoded))
+        for key, obj in zip(new, new_objects):  # warm-up: identity, then zstd, ...
+            assert cache.store(wrapper, [key], [obj]).is_successful()
+        assert wrapper.metrics()["read_also_hits"] == {"fp8": 3}
+    # a later config lists the auto config in read_also: every candidate's objects still hit
+    with _open(tmp_path, cache, FP8, read_also=[auto]) as later:
+        hits, data = cache.load(later, new, [KV] * 4)
+        assert later.metrics()["read_also_hits"] == {"identity": 2, "zstd": 2}
+    assert hits.to_list() == [True] * 4
+    assert all(torch.equal(a, _bytes(o)) for a, o in zip(data, new_objects))
+    with _open(tmp_path, cache, FP8) as unlisted:  # without read_also: misses, and kept
+        hits, _ = cache.load(unlisted, new, [KV] * 4)
+    assert hits.to_list() == [False] * 4
+    assert all((tmp_path / key_file_name(k)).exists() for k in new)
+
+
+def test_status_and_prometheus_show_choices_and_measured_bandwidth(tmp_path: Path,
+                                                                    cache: Cache) -> None:
+    prometheus = pytest.importorskip("prometheus_client")
+    from lmserde.l2.serde.prometheus_export import register_wrapper
+
+    registry = prometheus.CollectorRegistry()
+    with _open(tmp_path, cache, _auto([IDENTITY, ZSTD])) as wrapper:
+        register_wrapper(wrapper, name="kv", registry=registry)
+        run = Run(wrapper, cache)
+        run.steps(6)
+        status = wrapper.report_status()
+        auto = status["serde_auto"]
+
+        def sample(name: str, **labels: str) -> float | None:
+            return registry.get_sample_value(name, {"adapter": "kv", "serde": "auto", **labels})
+
+        assert status["serde_type"] == "auto"
+        assert sum(auto["choices"].values()) == 6
+        # every store and load measured but each candidate's first (one-time costs)
+        assert auto["stores_observed"] == auto["loads_observed"] == 6 - len(auto["choices"])
+        for name, count in auto["choices"].items():
+            assert sample("lmserde_wrapper_auto_choices_total", candidate=name) == count
+        assert sample("lmserde_wrapper_auto_current", candidate=auto["current"]) == 1.0
+        store_bw = sample("lmserde_wrapper_auto_bandwidth_bytes", direction="store")
+        assert store_bw is not None and store_bw == pytest.approx(auto["store_bytes_per_second"])
+        assert sample("lmserde_wrapper_auto_bandwidth_bytes", direction="load") is not None
+        assert sample("lmserde_wrapper_auto_switches_total") == auto["switches"]
+
+
+def test_the_quality_bound_refuses_lossy_candidates_at_config_time(tmp_path: Path,
+                                                                    cache: Cache) -> None:
+    declared = {"fp8": 0.02, "fp8+zstd": 0.02}
+    bounded = _auto([IDENTITY, FP8, [FP8, ZSTD]], max_attention_error=0.01,
+                    attention_errors=declared)
+    with _open(tmp_path, cache, bounded) as wrapper:
+        auto = wrapper.report_status()["serde_auto"]
+        Run(wrapper, cache).steps(3)
+        choices = wrapper.report_status()["serde_auto"]["choices"]
+    assert set(auto["refused"]) == {"fp8", "fp8+zstd"}
+    assert choices == {"identity": 3}
+    with pytest.raises(ValueError, match="refuses every candidate"):
+        _open(tmp_path, cache, _auto([FP8], max_attention_error=0.01,
+                                     attention_errors={"fp8": 0.02}))
+    with pytest.raises(ValueError, match="refuses every candidate"):  # unknown error: refused
+        _open(tmp_path, cache, _auto([FP8], max_attention_error=0.5))
+    with _open(tmp_path, cache, _auto([IDENTITY, FP8], max_attention_error=0.05,
+                                      attention_errors={"fp8": 0.02})) as wrapper:
+        assert wrapper.report_status()["serde_auto"]["refused"] == {}
+
+
+@pytest.mark.parametrize(("serde", "extra", "message"), [
+    ({"type": "auto"}, {}, "needs 'candidates'"),
+    ({"type": "auto", "candidates": []}, {}, "needs 'candidates'"),
+    ({"type": "auto", "candidates": [IDENTITY], "windw": 3}, {}, "unknown option.*windw"),
+    ({"type": "auto", "candidates": [IDENTITY], "window": 0}, {}, "window must be"),
+    ({"type": "auto", "candidates": [IDENTITY, {"type": "nope"}]}, {}, "nope"),
+    ({"type": "auto", "candidates": [IDENTITY, {"type": "auto", "candidates": [ZSTD]}]}, {},
+     "candidate 1 is 'auto'"),
+    ({"type": "auto", "candidates": [IDENTITY, IDENTITY]}, {}, "unique"),
+    ({"type": "auto", "candidates": [IDENTITY], "attention_errors": {"fp8": 0.1}}, {},
+     "names no candidate"),
+    ([{"type": "auto", "candidates": [IDENTITY]}, ZSTD], {}, "cannot be a stage of a chain"),
+    ({"type": "auto", "candidates": [IDENTITY]}, {"serde_frame": False}, "framed objects"),
+])
+def test_bad_auto_configs_are_refused_before_anything_is_built(
+        tmp_path: Path, cache: Cache, serde: Any, extra: dict[str, Any], message: str) -> None:
+    spec = {"type": "fs", "base_path": str(tmp_path), "serde": serde, **extra}
+    with pytest.raises(ValueError, match=message):
+        create_l2_adapter(parse_l2_adapter_spec(spec), cache.l1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_closing_closes_every_candidate_processor(tmp_path: Path, cache: Cache) -> None:
+    fds = open_fds()
+    wrapper = _open(tmp_path, cache, _auto([IDENTITY, ZSTD, [FP8, ZSTD]]), read_also=[FP8])
+    Run(wrapper, cache).steps(3)  # each candidate once
+    readers = list(wrapper.read_configs)
+    assert [r.label for r in readers] == ["identity", "zstd", "fp8+zstd", "fp8"]
+    wrapper.close()
+    assert open_fds() == fds  # every processor's event fds and threads released
+    assert wrapper.report_status()["is_healthy"] is False
+    assert "hung_at_close" not in wrapper.metrics() or not wrapper.metrics()["hung_at_close"]
+
+
+def test_fault_bandwidth_is_validated() -> None:
+    from lmserde.l2.adapters.fault import FaultPlan
+
+    with pytest.raises(ValueError, match="bandwidth"):
+        FaultPlan(bandwidth_bytes_per_second=-1.0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        FaultPlan(bandwidth_bytes_per_second=float("inf"))
