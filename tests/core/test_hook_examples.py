@@ -52,6 +52,21 @@ def test_event_hooks_of_the_doc_example_fire(plugin_site: Callable[..., Path]) -
     _eventually(lambda: hooks.LOADS == {"keys": 2, "hits": 1})
 
 
+def test_policy_hook_of_the_doc_example_sees_the_auto_policy_choose(
+        plugin_site: Callable[..., Path]) -> None:
+    from lmserde.adaptive import AutoPolicy, Candidate
+
+    _install(plugin_site)
+    policy = AutoPolicy([Candidate("raw", lossy=False), Candidate("small", lossy=False)],
+                        name="doc-example")
+    for _ in range(2):  # one warm-up turn each; "small" stores half the bytes on a slow link
+        i = policy.decide()
+        stored = 1000 if i == 0 else 500
+        policy.observe_store(i, 1000, stored, 1e-6, stored / 1e6)
+    hooks = sys.modules[MODULE]
+    _eventually(lambda: hooks.AUTO_CHOICE.get("doc-example") == "small")
+
+
 def test_cli_hook_of_the_doc_example_adds_its_command(plugin_site: Callable[..., Path]) -> None:
     site = _install(plugin_site)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}

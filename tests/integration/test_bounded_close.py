@@ -319,3 +319,29 @@ def test_a_submit_stuck_in_the_inner_adapter_does_not_hang_close(gate: _Gate, l1
         gate.release.set()
         caller.join(HANG_GUARD)
         l1.delete(keys)
+
+
+def test_a_hung_read_also_deserialize_does_not_hang_the_wrapper_close(
+    hanging_serde: str, gate: _Gate, l1: L1Manager, cache: Cache, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The read_also config's processor is closed under the wrapper's one bound; its hung call
+    is named, and the temporaries it may still write are kept."""
+    keys = [key_of(i) for i in range(2)]
+    writer = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                                "serde": {"type": hanging_serde}}, l1)
+    assert cache.store(writer, keys, objects_for(KV, 2)).is_successful()
+    writer.close()
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path),
+                                 "serde": {"type": "identity", "close_timeout_s": BOUND},
+                                 "read_also": [{"type": hanging_serde,
+                                                "close_timeout_s": BOUND}]}, l1)
+    gate.hang_deserialize = True
+    adapter.submit_load_task(keys, objects_for(KV, 2))
+    assert gate.entered.wait(HANG_GUARD)
+    with caplog.at_level(logging.ERROR):
+        seconds = _timed_close(adapter)
+    assert seconds < BOUND + MARGIN, seconds
+    _assert_named(adapter.report_status(), caplog, "deserialize of key")
+    assert adapter.metrics()["failures"].get("closed", 0) == 2
+    assert l1.memory_used_bytes() > 0  # the stuck call may still write its temporaries

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l1 import L1Manager
 from lmserde.l2 import (
     FRAME_HEADER_BYTES,
+    MemoryL2Adapter,
     SerdeL2AdapterWrapper,
     create_l2_adapter,
     key_file_name,
@@ -364,3 +366,107 @@ def test_a_multi_output_read_also_config_fills_the_object_its_own_way(
         hits, data = cache.load(wrapper, keys, two_groups)
     assert hits.to_list() == [True, True]
     assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data, originals))
+
+
+def test_a_migration_beside_a_running_fleet_never_hands_out_wrong_bytes(
+        tmp_path: Path, l1: L1Manager, cache: Cache) -> None:
+    """While the migration rewrites the tier, a fleet member (new config, read_also) keeps
+    loading every key from another thread: each load sees the old object or the new one, whole
+    (a hit with fp8's bytes), or, racing the replace (``fs`` sized the old file, then opened the
+    new one), misses; nothing is refused as damage, nothing deleted, and afterwards all hit."""
+    keys = _keys(12)
+    _fill(tmp_path, cache, FP8, keys)
+    _, fp8_bytes, _ = _load(tmp_path, cache, FP8, keys)
+    done = threading.Event()
+    rounds: list[list[bool]] = []
+    mismatches: list[int] = []
+    fleet = _open(tmp_path, l1, FP8_ZSTD, read_also=[FP8])
+
+    def serve() -> None:
+        while not done.is_set():
+            hits, data = Cache(l1).load(fleet, keys, KV)
+            rounds.append(hits.to_list())
+            mismatches.extend(i for i, (a, b) in enumerate(zip(data, fp8_bytes))
+                              if hits.test(i) and not torch.equal(a, b))
+
+    server = threading.Thread(target=serve, name="fleet-member")
+    server.start()
+    try:
+        with _open(tmp_path, l1, FP8_ZSTD, read_also=[FP8]) as migrator:
+            report = migrate_adapter(migrator, batch=2)
+    finally:
+        done.set()
+        server.join(timeout=60)
+        fleet_metrics = fleet.metrics()
+        fleet.close()
+    assert len(report.migrated) == 12 and not report.failed
+    assert rounds and mismatches == []
+    assert fleet_metrics["repaired"] == 0
+    assert not set(fleet_metrics["rejections"]) & {"format", "length", "checksum", "decode"}
+    hits, data, _ = _load(tmp_path, cache, FP8_ZSTD, keys)
+    assert all(hits) and all(torch.equal(a, b) for a, b in zip(data, fp8_bytes))
+
+
+class _RefusingSubmits(AsyncSerdeProcessor):
+    """A processor whose submit_deserialize raises (plugin code that fails before it starts)."""
+
+    def submit_deserialize(self, *args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("worker pool gone")
+
+
+def test_one_configs_failed_submit_leaves_the_others_hits(tmp_path: Path, l1: L1Manager,
+                                                          cache: Cache) -> None:
+    """One load task holds objects of two configs; the read_also one's submit raises: its keys
+    miss (kept), the wrapper's own keys still hit."""
+    old, new = _keys(2), _keys(2, start=5)
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), _processor_named("t_old"), l1) as wrapper:
+        assert cache.store(wrapper, old, objects_for(SMALL, 2)).is_successful()
+    reader = _RefusingSubmits(IdentitySerializer(), IdentityDeserializer(), 1, serde_type="t_old")
+    with SerdeL2AdapterWrapper(_fs(tmp_path, l1), make_processor("t_crc"), l1,
+                               read_also=[(reader, "t_old", SerdeSizeContract.EXACT)]
+                               ) as wrapper:
+        assert cache.store(wrapper, new, objects_for(SMALL, 2, seed=1)).is_successful()
+        hits, data = cache.load(wrapper, old + new, SMALL)
+        metrics = wrapper.metrics()
+    assert hits.to_list() == [False, False, True, True]
+    assert all(torch.equal(d, layout_bytes(o)) for d, o in zip(data[2:], objects_for(SMALL, 2, 1)))
+    assert metrics["failures"]["deserialize_submit"] == 2 and metrics["repaired"] == 0
+    assert all((tmp_path / key_file_name(k)).exists() for k in old)
+
+
+def _processor_named(name: str) -> AsyncSerdeProcessor:
+    return AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1, serde_type=name)
+
+
+class _NoSizesAdapter(MemoryL2Adapter):
+    adapter_type = "nosizes"
+
+    def reports_object_sizes(self) -> bool:
+        return False
+
+
+def test_read_also_needs_an_adapter_that_reports_sizes(l1: L1Manager) -> None:
+    """Without stored sizes a load could not size its buffer to whichever config wrote the
+    object: refused at construction, naming the adapter."""
+    inner, primary, reader = _NoSizesAdapter(), make_processor("t_crc"), make_processor("t_int8")
+    try:
+        with pytest.raises(ValueError, match="'read_also' needs an adapter that reports stored "
+                                             "object sizes.*'nosizes'"):
+            SerdeL2AdapterWrapper(inner, primary, l1,
+                                  read_also=[(reader, "t_int8", SerdeSizeContract.EXACT)])
+    finally:
+        for closable in (inner, primary, reader):
+            closable.close()
+
+
+def test_the_migrate_report_speaks_to_the_operator(
+        tmp_path: Path, cache: Cache, capsys: pytest.CaptureFixture[str]) -> None:
+    _fill(tmp_path, cache, FP8, _keys(3))
+    _fill(tmp_path, cache, IDENTITY, _keys(1, start=9))
+    spec = json.dumps(_spec(tmp_path, FP8_ZSTD, read_also=[FP8]))
+    assert main(["scrub", spec, "--migrate"]) == 0
+    out = capsys.readouterr().out
+    assert "scanned 4 objects: 0 already in the current config, 3 in a read_also config; " \
+           "migrated 3" in out
+    assert "  config     1" in out  # the identity object's verdict
+    assert "1 objects of configs not in read_also (or of other keys) were left as they are" in out

@@ -52,6 +52,7 @@ def test_a_throttle_mid_run_switches_within_the_documented_bound_and_back() -> N
     switched_at = next(k for k in range(len(after)) if tier.policy.current != IDENTITY_I
                        and all(c != IDENTITY_I for c in after[k:k + 3]))
     assert switched_at <= SWITCH_BOUND
+    assert switched_at <= 5  # a slowdown shows at once in the sum of seconds (docs/adaptive.md)
     assert tier.policy.current in (FP8_I, ZSTD_I)
     tier.store_gbps = tier.load_gbps = 10.0  # the throttle lifts
     tier.run(SWITCH_BOUND)
@@ -275,3 +276,16 @@ def test_decide_and_observe_are_thread_safe() -> None:
     snap = policy.snapshot()
     assert snap["decisions"] == 4 * per_thread == sum(snap["choices"].values())
     assert snap["stores_observed"] == snap["loads_observed"] == 4 * per_thread
+
+
+@pytest.mark.parametrize("bad", [(-1, 1, 0.1, 0.1), (1, 1, float("nan"), 0.1),
+                                 (1, 1, 0.1, float("inf"))])
+def test_a_bad_observation_is_refused_and_records_nothing(bad: tuple[float, ...]) -> None:
+    policy = AutoPolicy([FP8.candidate], emit_events=False)
+    i = policy.decide()
+    for observe in (policy.observe_store, policy.observe_load):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            observe(i, *bad)
+    snap = policy.snapshot()
+    assert snap["stores_observed"] == snap["loads_observed"] == 0
+    assert snap["store_bytes_per_second"] is None

@@ -216,3 +216,20 @@ def test_a_measurement_that_fails_falls_back_to_the_example_tiers(bench: Bench) 
     assert report["adapter_bandwidth"] is None
     assert any(n.startswith("adapter bandwidth not measured") for n in report["notes"])
     assert [t["name"] for t in report["tiers"]] == ["NVMe", "network storage", "object store"]
+
+
+def test_plain_output_prints_the_measured_bandwidth_and_the_replay(
+        bench: Bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lmserde.cli.bench_command as command
+
+    monkeypatch.setattr(command, "_has_rich", lambda: False)
+    code, out, err = bench("--serde", "identity", "--adapter", "memory", "--policy", "50MB/s")
+    assert code == 0, err
+    lines = out.splitlines()
+    measured = next(line for line in lines if line.startswith("measured on the memory adapter"))
+    assert "store " in measured and "load " in measured and "% interval" in measured
+    assert "the recommendation uses the measured load bandwidth" in measured
+    assert any(line.startswith("  memory adapter, measured (") for line in lines)
+    assert any(line.startswith("auto policy at 50 MB/s (given with --policy") for line in lines)
+    assert any(line.startswith("auto policy at ") and "(measured on the memory adapter;"
+               in line for line in lines)

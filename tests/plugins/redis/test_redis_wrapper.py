@@ -203,3 +203,33 @@ def test_a_scrub_of_the_empty_namespace_sees_only_its_own_objects(
     assert report.scanned == 1 and report.verdicts == {"ok": 1}
     report = scrub_adapter(named)
     assert report.scanned == 2 and report.verdicts == {"ok": 2}
+
+
+def test_read_also_reads_the_old_config_over_the_network(
+        redis_server: LocalRedisServer, make_redis_adapter: Callable[..., Any]) -> None:
+    """redis's stored sizes are asked on the wrapper's worker: an fp8 object loads through a
+    tier switched to fp8 + zstd (read_also), identical to fp8's own decode, and after a
+    migration it is in the new config."""
+    pytest.importorskip("lmserde_fp8")
+    pytest.importorskip("lmserde_zstd")
+    from lmserde.l2 import migrate_adapter
+
+    l1 = L1Manager(64 << 20)
+    keys = [make_key(i, salt="read-also") for i in range(3)]
+    fp8 = make_redis_adapter(l1=l1, url=redis_server.url, serde={"type": "fp8"})
+    assert store_sync(fp8, keys, [kv_object(i) for i in range(3)]).is_successful()
+    expected = [sentinel() for _ in keys]
+    assert load_sync(fp8, keys, expected).to_list() == [True] * 3
+    chain = [{"type": "fp8"}, {"type": "zstd"}]
+    switched = make_redis_adapter(l1=l1, url=redis_server.url, serde=chain,
+                                  read_also=[{"type": "fp8"}])
+    got = [sentinel() for _ in keys]
+    assert load_sync(switched, keys, got).to_list() == [True] * 3
+    assert all(exact(g, e) for g, e in zip(got, expected))
+    assert switched.metrics()["read_also_hits"] == {"fp8": 3}
+    report = migrate_adapter(switched)
+    assert len(report.migrated) == 3 and not report.failed
+    new_only = make_redis_adapter(l1=l1, url=redis_server.url, serde=chain)
+    got = [sentinel() for _ in keys]
+    assert load_sync(new_only, keys, got).to_list() == [True] * 3
+    assert all(exact(g, e) for g, e in zip(got, expected))

@@ -60,6 +60,7 @@ __all__ = ["AutoPolicy"]
 _log = logging.getLogger(__name__)
 
 _GIB = float(2**30)
+_INF = float("inf")
 
 
 class _CandidateStats:
@@ -86,6 +87,12 @@ def _seconds_per_byte(stats: _CandidateStats, store_bw: float, load_bw: float,
     per_stored = 1.0 / ratio  # stored bytes per raw byte
     return (1.0 / enc + per_stored / store_bw
             + loads_per_store * (per_stored / load_bw + 1.0 / dec))
+
+
+def _check_observation(*values: float) -> None:
+    for v in values:
+        if not 0.0 <= v < _INF:
+            raise ValueError(f"an observation is finite and >= 0, got {values!r}")
 
 
 class AutoPolicy:
@@ -190,7 +197,9 @@ class AutoPolicy:
                       encode_seconds: float, store_seconds: float) -> None:
         """One object stored with candidate ``index``: ``raw_bytes`` of KV encoded in
         ``encode_seconds`` into ``stored_bytes``, which the adapter stored in ``store_seconds``.
-        The adapter's throughput counts whatever the candidate (a refused one too)."""
+        The adapter's throughput counts whatever the candidate (a refused one too).
+        ``ValueError`` (nothing recorded) for a negative or non-finite number."""
+        _check_observation(raw_bytes, stored_bytes, encode_seconds, store_seconds)
         with self._lock:
             self._store.add(stored_bytes, store_seconds)
             self._stores_seen += 1
@@ -204,7 +213,9 @@ class AutoPolicy:
     def observe_load(self, index: int, raw_bytes: int, stored_bytes: int,
                      decode_seconds: float, load_seconds: float) -> None:
         """One object stored with candidate ``index`` loaded: ``stored_bytes`` read by the
-        adapter in ``load_seconds``, decoded into ``raw_bytes`` in ``decode_seconds``."""
+        adapter in ``load_seconds``, decoded into ``raw_bytes`` in ``decode_seconds``.
+        ``ValueError`` (nothing recorded) for a negative or non-finite number."""
+        _check_observation(raw_bytes, stored_bytes, decode_seconds, load_seconds)
         with self._lock:
             self._load.add(stored_bytes, load_seconds)
             self._loads_seen += 1

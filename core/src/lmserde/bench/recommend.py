@@ -81,7 +81,7 @@ def _stable_order(result: SerdeResult) -> tuple[bool, float, str]:
 
 
 def _ms(m: MedianInterval) -> str:
-    return f"{m.median:.2f} ms ({m.low:.2f}-{m.high:.2f})"
+    return f"{m.median:.3f} ms ({m.low:.3f}-{m.high:.3f})"
 
 
 def recommend(

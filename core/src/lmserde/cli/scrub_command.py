@@ -189,6 +189,9 @@ def _print_migrate_report(report: MigrateReport, as_json: bool) -> None:
               f"(still readable with read_also): "
               + ", ".join(f"{n} at {step}" for step, n in sorted(steps.items()))
               + "; see the log, then run again")
+    if report.foreign:
+        print(f"{report.foreign} objects of configs not in read_also (or of other keys) were "
+              "left as they are: not readable here, not rewritten")
     if report.damaged:
         print(f"{report.damaged} damaged objects were left alone: lmserde scrub --delete "
               "removes them")

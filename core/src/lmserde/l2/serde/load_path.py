@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import emit_wrapper_task_event
@@ -161,8 +161,8 @@ class LoadPath:
 
     def _start_inner_load(self, task: WrapperTask, stored: dict[ObjectKey, int]) -> None:
         """Narrow the task to the keys worth loading (an object larger than any configuration it
-        reads can write is not this reader's: a miss, left in place), reserve the temporaries sized to the
-        stored objects and submit the inner load. Raises ``RuntimeError`` when the wrapper was
+        reads can write is not this reader's: a miss, left in place), reserve the temporaries
+        sized to the stored objects and submit the inner load. Raises ``RuntimeError`` when the wrapper was
         closed (the task is then already completed as failed)."""
         keys = task.keys
         oversized: list[ObjectKey] = []
@@ -268,14 +268,13 @@ class LoadPath:
                     task.decoding[index] = slots
                     self._deserializing[(index, serde_id)] = task
             submitted = bool(task.decoding)
+            for j in failed:  # if another configuration's decode runs: these miss, kept
+                task.slot_errors[j] = NoItemError("submit_deserialize failed")
         if failed:
             self._metrics.record_failure("deserialize_submit", len(failed))
         if not submitted:
             self._temps.release_written(task.temp_keys)
             self._finish(task, Bitmap(task.num_keys), "deserialize_submit")
-            return
-        for j in failed:  # another configuration's decode runs: these miss, kept
-            task.slot_errors[j] = NoItemError("submit_deserialize failed")
 
     def _submit_deserialize(self, index: int, task: WrapperTask, slots: list[int]) -> int | None:
         """Hand ``slots`` to reader ``index``'s serde; its task id, ``None`` when it raised."""
@@ -319,7 +318,7 @@ class LoadPath:
             self._reject(task, reason, keys)
         return passed
 
-    def _read_also_destination(self, task: WrapperTask, j: int) -> object:
+    def _read_also_destination(self, task: WrapperTask, j: int) -> Any:
         """The destination items of slot ``j`` for the ``read_also`` reader that opened it;
         :class:`FrameRejected` (``layout``: not mine, kept) when its slots do not fit the
         object, after its payload checksum is done with the temporary."""
@@ -331,8 +330,9 @@ class LoadPath:
                 task.confirms[j]()  # the checksum threads must be done with the temporary
             except FrameRejected:
                 pass
-            raise FrameRejected("layout", f"read_also config '{self._readers[task.readers[j]].label}' "
-                                f"cannot fill this object: {exc}") from exc
+            label = self._readers[task.readers[j]].label
+            raise FrameRejected("layout", f"read_also config '{label}' cannot fill this object: "
+                                f"{exc}") from exc
 
     def _reject(self, task: WrapperTask, reason: str, keys: list[ObjectKey]) -> None:
         """Count ``keys`` as refused for ``reason`` and tell the listeners; delete the keys from
@@ -492,9 +492,9 @@ class LoadPath:
         the serdes and the inner adapter were closed, or gave up on). A load still waiting for
         its stored sizes holds no temporaries; one with a deserialize whose task id is in
         ``hung_serde_ids[reader index]``, or that the inner adapter holds while ``inner_hung``,
-        keeps its temporaries. ``None``
-        when the path's lock could not be had within ``timeout`` seconds (a caller's submit
-        into the inner adapter never returned): its tasks are left as they are."""
+        keeps its temporaries. ``None`` when the path's lock could not be had within ``timeout``
+        seconds (a caller's submit into the inner adapter never returned): its tasks are left as
+        they are."""
         if not self._lock.acquire(timeout=max(timeout, 0.0)):
             return None
         try:

@@ -15,7 +15,9 @@ current configuration is there now.
   ``read_also`` configuration still reads it) and is listed in ``failed`` with the step that
   failed. Objects of other configurations, keys or key material and damaged objects are counted
   by their scrub verdict and left alone (``lmserde scrub --delete`` is the tool for damage).
-- **Safe beside a running fleet**: a rewrite is a whole-object replace. A fleet member storing
+- **Safe beside a running fleet**: a rewrite is a whole-object replace: a load sees the old
+  object or the new one, whole, or (on ``fs``, sizing the old file and then opening the new one)
+  misses once; never wrong bytes, nothing deleted. A fleet member storing
   the same key meanwhile stores the same chunk (the key names its content): whichever write
   lands last, the object is whole and readable. A fleet member still configured with the old
   serde may write old objects after the pass: run the migration again once every writer has the

@@ -16,7 +16,7 @@ the same class: one :class:`ConfigReader` per candidate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,7 @@ class ConfigReaders:
     def __getitem__(self, index: int) -> ConfigReader:
         return self._readers[index]
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[ConfigReader]:
         return iter(self._readers)
 
     @property

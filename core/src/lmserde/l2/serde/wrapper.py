@@ -136,7 +136,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
 
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
-    ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed`` and
+    ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed``,
+    ``serde_read_also`` (the labels of the ``read_also`` configurations) and
     ``serde_wrapper`` (the :class:`~lmserde.l2.serde.metrics.WrapperMetrics` snapshot, with
     ``rejections`` by reason and ``repaired``); its ``is_healthy`` is false while the inner adapter
     is unhealthy or after :data:`UNHEALTHY_AFTER_FAILURES` consecutive failing stores or loads.
