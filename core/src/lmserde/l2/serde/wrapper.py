@@ -167,15 +167,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         reports_sizes = adapter_reports_sizes(inner_adapter)
         if auto is not None:
             if not frame or not reports_sizes:
-                raise ValueError(
-                    "serde 'auto' needs framed objects (the frame names the candidate that wrote "
-                    "each object) and an adapter that reports stored object sizes (fs, memory, "
-                    f"redis, s3): '{self.adapter_type if frame else 'serde_frame: false'}' "
-                    "does not do that")
+                raise ValueError("serde 'auto' needs framed objects (the frame names the candidate "
+                                 "that wrote each) on an adapter that reports stored object sizes "
+                                 "(fs, memory, redis, s3)")
             self.serde_type = "auto"
             self.size_contract = auto.size_contract_of_all or self.size_contract
+        backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
         if self.size_contract is SerdeSizeContract.UPPER_BOUND and not reports_sizes:
-            backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
             raise ValueError(
                 f"{UPPER_BOUND_PAIRING_ERROR}{self.serde_type} on {backend}. The serde may write "
                 f"less than its estimate, and '{backend}' cannot report stored object sizes, so "
@@ -190,7 +188,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         if read_also and not reports_sizes:
             raise ValueError(
                 f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
-                f"redis, s3): '{self.adapter_type}' does not, and a load must size its buffer to "
+                f"redis, s3): '{backend}' does not, and a load must size its buffer to "
                 "the object whichever config wrote it")
         self._readers = ConfigReaders([*own, *read_also_readers(read_also, primary)])
         self._own_count = len(own)  # the readers of the configs it writes, then read_also
