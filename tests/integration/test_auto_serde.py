@@ -6,9 +6,10 @@ Objects are 2 MiB of compressible KV (bf16 values from 16 levels: zstd stores ab
 less), so a fast tier stores raw bytes (zstd's codec time costs more than the bytes it saves)
 and a tier throttled to 100 MB/s compresses. The fast tier is ``memory``: on the shared
 two-core test machine an ``fs`` tier's measured speed falls to ~300 MB/s under load, where
-compressing this data is the right choice (the policy's answer depends on what it measures). The policy runs with ``window: 8, confirm: 2``:
-after a throttle, the choice switches within ``window + confirm`` = 10 objects (the bound of
-docs/adaptive.md). Every object is loaded back and compared with what was stored.
+compressing this data is the right choice (the policy's answer depends on what it measures).
+The policy runs with ``window: 8, confirm: 2``: after a throttle, the choice switches within
+``window + confirm`` = 10 objects (the bound of docs/adaptive.md). Every object is loaded back
+and compared with what was stored.
 """
 
 from __future__ import annotations
@@ -330,3 +331,28 @@ def test_fault_bandwidth_is_validated() -> None:
         FaultPlan(bandwidth_bytes_per_second=-1.0)
     with pytest.raises(ValueError, match="bandwidth"):
         FaultPlan(bandwidth_bytes_per_second=float("inf"))
+
+
+def test_scrub_counts_every_candidate_as_current_and_migrate_rewrites_read_also(
+        tmp_path: Path, cache: Cache) -> None:
+    from lmserde.l2 import migrate_adapter, scrub_adapter
+
+    old = [key_of(i, salt="old") for i in range(2)]
+    with _open(tmp_path, cache, FP8) as plain:
+        assert cache.store(plain, old, [_object(400 + i) for i in range(2)]).is_successful()
+        _, fp8_decoded = cache.load(plain, old, [KV] * 2)
+    spec = {"type": "fs", "base_path": str(tmp_path), "serde": _auto([IDENTITY, ZSTD]),
+            "read_also": [FP8]}
+    new = [key_of(i, salt="new") for i in range(4)]
+    with create_l2_adapter(spec, cache.l1) as wrapper:
+        for i, key in enumerate(new):  # warm-up turns: identity, zstd, ...
+            assert cache.store(wrapper, [key], [_object(500 + i)]).is_successful()
+        assert wrapper.written_configs == 2
+        assert scrub_adapter(wrapper).verdicts == {"ok": 4, "read_also": 2}
+        report = migrate_adapter(wrapper)
+        assert sorted(report.migrated, key=lambda k: k.chunk_hash) == sorted(
+            old, key=lambda k: k.chunk_hash) and report.failed == {}
+        assert scrub_adapter(wrapper).verdicts == {"ok": 6}
+        hits, data = cache.load(wrapper, old, [KV] * 2)  # now a candidate's, same values
+    assert hits.to_list() == [True, True]
+    assert all(torch.equal(a, b) for a, b in zip(data, fp8_decoded))

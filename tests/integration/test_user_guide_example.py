@@ -46,3 +46,12 @@ def test_change_serde_example_runs(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == ["read_also hits: 4", "migrated: 4 failed: 0",
                                           "hits without read_also: 4"]
     assert "Warning" not in result.stderr, result.stderr
+
+
+def test_auto_serde_example_runs(tmp_path: Path) -> None:
+    pytest.importorskip("lmserde_zstd", reason="the example chooses between raw bytes and zstd")
+    result = _run_example(tmp_path, "auto-serde")
+    assert result.stdout.splitlines() == ["stores new objects with: zstd",
+                                          "measured store bandwidth under 100 MB/s: True",
+                                          "objects: 16"]
+    assert "Warning" not in result.stderr, result.stderr

@@ -52,6 +52,15 @@ class AutoWrites:
             raise ValueError(f"the auto policy has {len(self.policy.candidates)} candidates, the "
                              f"wrapper {1 + len(self.candidates)}")
 
+    @staticmethod
+    def check_adapter(framed: bool, reports_sizes: bool) -> None:
+        """``ValueError`` unless objects are framed (the frame names the candidate that wrote
+        each) on an adapter that reports stored sizes (loads size their buffers by them)."""
+        if not framed or not reports_sizes:
+            raise ValueError("serde 'auto' needs framed objects (the frame names the candidate "
+                             "that wrote each) on an adapter that reports stored object sizes "
+                             "(fs, memory, redis, s3)")
+
     def observe_store(self, index: int, raw_bytes: int, stored_bytes: int,
                       encode_seconds: float, store_seconds: float) -> None:
         """A successful store of candidate ``index`` (a

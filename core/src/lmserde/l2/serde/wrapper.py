@@ -160,16 +160,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         self._serde = serde
         self._l1 = l1_manager
         self._auto = auto
-        self.serde_type = serde_type or serde.serde_type or type(serde).__name__
-        first_type = self.serde_type
-        self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
-        first_contract = self.size_contract
+        self.serde_type = first_type = serde_type or serde.serde_type or type(serde).__name__
+        self.size_contract = first_contract = (size_contract
+                                               or _resolve_size_contract(serde, first_type))
         reports_sizes = adapter_reports_sizes(inner_adapter)
         if auto is not None:
-            if not frame or not reports_sizes:
-                raise ValueError("serde 'auto' needs framed objects (the frame names the candidate "
-                                 "that wrote each) on an adapter that reports stored object sizes "
-                                 "(fs, memory, redis, s3)")
+            auto.check_adapter(frame, reports_sizes)
             self.serde_type = "auto"
             self.size_contract = auto.size_contract_of_all or self.size_contract
         backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
@@ -274,9 +270,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         return self._shape.stored_bound(self._readers.load_bound(layout))
 
     @property
+    def written_configs(self) -> int:
+        """How many of :attr:`read_configs` (the first) stores write: 1, or ``auto``'s candidates."""
+        return self._own_count
+
+    @property
     def auto_policy(self) -> AutoPolicy | None:
         """The ``auto`` serde's decision policy (``None`` for a wrapper of one serde)."""
-        return None if self._auto is None else self._auto.policy
+        return self._auto and self._auto.policy
 
     @property
     def read_configs(self) -> ConfigReaders:
