@@ -21,7 +21,7 @@ import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for, open_fds
 from lmserde import MemoryLayoutDesc, ObjectKey
-from lmserde.hooks import flush_events, get_plugin_manager, hookimpl
+from lmserde.hooks import flush_events
 from lmserde.l2 import (
     FRAME_HEADER_BYTES,
     SerdeL2AdapterWrapper,
@@ -150,43 +150,28 @@ def test_a_tier_throttled_to_100_mb_per_s_compresses(tmp_path: Path, cache: Cach
     assert stored.count("identity") == status["choices"]["identity"]
 
 
-class _Listener:
-    def __init__(self) -> None:
-        self.events: list[PolicyChangeEvent] = []
-
-    @hookimpl
-    def lmserde_policy_changed(self, event: PolicyChangeEvent) -> None:
-        self.events.append(event)
-
-
 def test_throttling_mid_run_switches_within_the_bound_and_every_object_loads(
-        cache: Cache) -> None:
-    listener = _Listener()
-    get_plugin_manager().register(listener, name="test-auto-listener")
-    try:
-        with _open(None, cache, _auto([IDENTITY, ZSTD], explore_every=4)) as wrapper:
-            run = Run(wrapper, cache)
-            run.steps(10)
-            assert run.current() == "identity", wrapper.report_status()["serde_auto"]
-            before = len(run.stored)
-            fault = wrapper.inner_adapter
-            assert isinstance(fault, FaultInjectingL2Adapter)
-            fault.set_bandwidth(SLOW)
-            for _ in range(SWITCH_BOUND):
-                run.step()
-                if run.current() == "zstd":
-                    break
-            assert run.current() == "zstd", wrapper.report_status()["serde_auto"]
-            switched_after = len(run.stored) - before
-            assert switched_after <= SWITCH_BOUND
-            run.steps(6)  # after the switch: compressing, with an exploration of raw bytes
-            run.reload_all()  # before, during and after the switch: every object, bit-exact
-            choices = wrapper.report_status()["serde_auto"]["choices"]
-            assert flush_events()
-    finally:
-        get_plugin_manager().unregister(name="test-auto-listener")
+        cache: Cache, policy_events: list[PolicyChangeEvent]) -> None:
+    with _open(None, cache, _auto([IDENTITY, ZSTD], explore_every=4)) as wrapper:
+        run = Run(wrapper, cache)
+        run.steps(10)
+        assert run.current() == "identity", wrapper.report_status()["serde_auto"]
+        before = len(run.stored)
+        fault = wrapper.inner_adapter
+        assert isinstance(fault, FaultInjectingL2Adapter)
+        fault.set_bandwidth(SLOW)
+        for _ in range(SWITCH_BOUND):
+            run.step()
+            if run.current() == "zstd":
+                break
+        assert run.current() == "zstd", wrapper.report_status()["serde_auto"]
+        assert len(run.stored) - before <= SWITCH_BOUND
+        run.steps(6)  # after the switch: compressing, with an exploration of raw bytes
+        run.reload_all()  # before, during and after the switch: every object, bit-exact
+        choices = wrapper.report_status()["serde_auto"]["choices"]
     assert choices["zstd"] >= 5 and choices["identity"] >= 6
-    changes = [(e.previous, e.current, e.reason) for e in listener.events if e.policy == "auto"]
+    assert flush_events()
+    changes = [(e.previous, e.current, e.reason) for e in policy_events if e.policy == "auto"]
     assert changes[0] == (None, "identity", "initial")
     assert ("identity", "zstd", "measured") in changes
 
