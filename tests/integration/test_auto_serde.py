@@ -341,3 +341,18 @@ def test_scrub_counts_every_candidate_as_current_and_migrate_rewrites_read_also(
         hits, data = cache.load(wrapper, old, [KV] * 2)  # now a candidate's, same values
     assert hits.to_list() == [True, True]
     assert all(torch.equal(a, b) for a, b in zip(data, fp8_decoded))
+
+
+def test_a_read_also_config_named_like_a_candidate_is_told_apart(tmp_path: Path,
+                                                                 cache: Cache) -> None:
+    other_zstd = {"type": "zstd", "level": 3}
+    key, obj = key_of(0, salt="zstd3"), _object(600)
+    with _open(tmp_path, cache, other_zstd) as plain:
+        assert cache.store(plain, [key], [obj]).is_successful()
+    with _open(tmp_path, cache, _auto([IDENTITY, ZSTD]), read_also=[other_zstd]) as wrapper:
+        labels = [r.label for r in wrapper.read_configs]
+        (read_label,) = wrapper.report_status()["serde_read_also"]
+        hits, data = cache.load(wrapper, [key], KV)
+        assert wrapper.metrics()["read_also_hits"] == {read_label: 1}
+    assert labels[:2] == ["identity", "zstd"] and read_label.startswith("zstd@")
+    assert hits.to_list() == [True] and torch.equal(data[0], _bytes(obj))

@@ -234,20 +234,21 @@ def config_reader(serde: SerdeProcessor, serde_type: str, framer: ObjectFramer |
                         and _reports_payload_checksum(serde))
 
 
-def read_also_readers(read_also: Sequence[ReadAlsoSerde],
-                      primary: ConfigReader) -> list[ConfigReader]:
+def read_also_readers(read_also: Sequence[ReadAlsoSerde], primary: ConfigReader,
+                      writers: Sequence[ConfigReader] = ()) -> list[ConfigReader]:
     """One reader per ``read_also`` configuration, beside ``primary`` (the wrapper's own).
 
     ``ValueError`` when ``primary`` does not frame (an unframed object names no configuration),
     or a configuration is ``primary``'s own. A label repeated (two ``fp8`` configs with other
-    options) is told apart by its fingerprint: ``fp8@<16 hex digits>``."""
+    options; ``writers``: the readers of every config the wrapper writes, ``auto``'s candidates)
+    is told apart by its fingerprint: ``fp8@<16 hex digits>``."""
     if not read_also:
         return []
     if primary.framer is None:
         raise ValueError("'read_also' needs framed objects (the frame names the serde config "
                          "that wrote each object): remove 'serde_frame: false'")
     readers: list[ConfigReader] = []
-    labels = {primary.label}
+    labels = {primary.label, *(w.label for w in writers)}  # (auto: every candidate's)
     for processor, serde_type, _contract in read_also:
         framer = framer_for(processor, serde_type)
         if framer.config_id == primary.config_id:

@@ -186,8 +186,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
                 f"redis, s3): '{backend}' does not, and a load must size its buffer to "
                 "the object whichever config wrote it")
-        self._readers = ConfigReaders([*own, *read_also_readers(read_also, primary)])
         self._own_count = len(own)  # the readers of the configs it writes, then read_also
+        self._readers = ConfigReaders([*own, *read_also_readers(read_also, primary, own)])
         read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
         write_fds = [r.serde.get_serialize_event_fd() for r in own[1:]]
         watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
