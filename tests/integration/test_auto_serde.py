@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import torch
 from datapath_driver import Cache, key_of, objects_for, open_fds
-from lmserde import MemoryLayoutDesc, ObjectKey
+from lmserde import AsyncSerdeProcessor, MemoryLayoutDesc, ObjectKey, SerdeSizeContract
+from lmserde.adaptive import AutoPolicy, Candidate, PolicySettings
 from lmserde.hooks import flush_events
+from lmserde.identity import IdentityDeserializer, IdentitySerializer
 from lmserde.l2 import (
     FRAME_HEADER_BYTES,
     SerdeL2AdapterWrapper,
@@ -30,6 +32,7 @@ from lmserde.l2 import (
     parse_l2_adapter_spec,
 )
 from lmserde.l2.adapters.fault import FaultInjectingL2Adapter
+from lmserde.l2.serde.wrapper import AutoWrites
 from lmserde.l2.serde.stored_frame import parse_header
 from lmserde.memory import MemoryObj, TensorMemoryObj
 from lmserde.observability import PolicyChangeEvent
@@ -356,3 +359,32 @@ def test_a_read_also_config_named_like_a_candidate_is_told_apart(tmp_path: Path,
         assert wrapper.metrics()["read_also_hits"] == {read_label: 1}
     assert labels[:2] == ["identity", "zstd"] and read_label.startswith("zstd@")
     assert hits.to_list() == [True] and torch.equal(data[0], _bytes(obj))
+
+
+class _ExitingSerializer(IdentitySerializer):
+    """A plugin serializer that raises ``SystemExit`` (contained: the store fails, only it)."""
+
+    def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
+        raise SystemExit(3)
+
+
+def test_a_candidate_that_raises_fails_only_its_stores(tmp_path: Path, cache: Cache) -> None:
+    good = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1, serde_type="t_a")
+    bad = AsyncSerdeProcessor(_ExitingSerializer(), IdentityDeserializer(), 1, serde_type="t_b")
+    policy = AutoPolicy([Candidate("t_a", lossy=False), Candidate("t_b", lossy=False)],
+                        PolicySettings(window=4, explore_every=0), emit_events=False)
+    inner = create_l2_adapter({"type": "fs", "base_path": str(tmp_path)}, cache.l1)
+    with SerdeL2AdapterWrapper(inner, good, cache.l1, serde_type="t_a",
+                               auto=AutoWrites(((bad, "t_b", SerdeSizeContract.EXACT),),
+                                               policy)) as wrapper:
+        results = [cache.store(wrapper, [key_of(i, salt="exit")], [_object(700 + i)])
+                   .is_successful() for i in range(8)]
+        status = wrapper.report_status()
+        kept = [i for i, ok in enumerate(results) if ok]
+        hits, data = cache.load(wrapper, [key_of(i, salt="exit") for i in kept], [KV] * len(kept))
+    # warm-up takes turns (t_a, t_b, t_a, t_b: t_b's stores fail), then t_a, the only one measured
+    assert results == [True, False, True, False, True, True, True, True]
+    assert status["serde_auto"]["current"] == "t_a"
+    assert status["serde_wrapper"]["failures"].get("serialize") == 2
+    assert hits.to_list() == [True] * 6
+    assert all(torch.equal(d, _bytes(_object(700 + i))) for d, i in zip(data, kept))
