@@ -32,8 +32,8 @@ from lmserde.l2 import (
     parse_l2_adapter_spec,
 )
 from lmserde.l2.adapters.fault import FaultInjectingL2Adapter
-from lmserde.l2.serde.wrapper import AutoWrites
 from lmserde.l2.serde.stored_frame import parse_header
+from lmserde.l2.serde.wrapper import AutoWrites
 from lmserde.memory import MemoryObj, TensorMemoryObj
 from lmserde.observability import PolicyChangeEvent
 
