@@ -80,15 +80,18 @@ class LoadPath:
     ``on_rejected(reason, keys)`` hears every refusal, before any deletion. ``readers``: the
     serde configurations it decodes (the wrapper's own first; every one's deserialize event fd
     must run :meth:`drain_deserialize`); its temporaries hold the largest of their bounds.
-    ``on_loaded``: see :data:`LoadObserver`.
+    ``on_loaded``: see :data:`LoadObserver`. ``written_configs``: how many of the first readers
+    are configs the wrapper writes (``auto``'s candidates); hits of the others count as
+    ``read_also`` hits.
     """
 
     def __init__(self, *, readers: ConfigReaders, serde_type: str, inner: L2AdapterInterface,
                  stored_sizes: StoredSizes, repair: bool, temporaries: Temporaries,
                  queues: AdapterTaskQueues, metrics: WrapperMetrics, streaks: FailureStreaks,
                  on_rejected: Callable[[str, list[ObjectKey]], None],
-                 on_loaded: LoadObserver | None = None) -> None:
+                 on_loaded: LoadObserver | None = None, written_configs: int = 1) -> None:
         self._readers = readers
+        self._written_configs = written_configs
         self._on_loaded = on_loaded
         self._serde_type = serde_type
         self._inner = inner
@@ -418,7 +421,7 @@ class LoadPath:
             if outcome == "hit":
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
-                if task.readers and task.readers[slot]:
+                if task.readers and task.readers[slot] >= self._written_configs:
                     read_also_hits[task.readers[slot]] = read_also_hits.get(
                         task.readers[slot], 0) + 1
                 continue

@@ -231,7 +231,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
                                                                   reason, keys),
-            on_loaded=None if auto is None else auto.observe_load)
+            on_loaded=None if auto is None else auto.observe_load, written_configs=len(own))
         self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
                      inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
                      inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
