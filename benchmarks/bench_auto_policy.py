@@ -16,7 +16,9 @@ Then the whole of it on the real data path, paired: the same chunks stored and l
 two taking turns chunk by chunk (:func:`lmserde.bench.frame_overhead.paired_rounds`; one
 warm-up round, then ``--rounds`` counted ones). Reported: the median over every chunk of every
 round of auto's store + load minus plain fp8's, over plain fp8's median store + load, with the
-median's sign-test interval; when the interval reaches 0 the cost is within noise. Everything
+median's sign-test interval; when the interval reaches 0 the cost is within noise. Also the
+process CPU time of each side's tasks per round (less exposed to other jobs of a shared
+machine than wall time), auto over plain fp8, median over rounds. Everything
 ``auto`` adds is in it: the decision, the measurements on both paths, the policy's re-rankings.
 
 Run: ``python benchmarks/bench_auto_policy.py [--objects 200000] [--repeats 5] [--chunks 4]
@@ -72,7 +74,10 @@ def _auto_versus_fp8(chunks: list[torch.Tensor], rounds: int, workdir: str) -> d
     extra = median_interval([(r[True]["store"][i] + r[True]["load"][i] - r[False]["store"][i]
                               - r[False]["load"][i]) * 1e3
                              for r in done for i in range(len(chunks))])
+    cpu = [r[True]["cpu"] / r[False]["cpu"] - 1.0 for r in done if r[False]["cpu"] > 0]
     return {"fp8_ms": plain_ms, "paired_extra_ms": extra.median,
+            "cpu_overhead": statistics.median(cpu) if cpu else None,
+            "cpu_overhead_range": [min(cpu), max(cpu)] if cpu else None,
             "paired_overhead": extra.median / plain_ms,
             "paired_overhead_interval": [extra.low / plain_ms, extra.high / plain_ms],
             "interval_coverage": extra.coverage, "pairs": extra.samples,
@@ -151,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{versus['paired_extra_ms']:+.3f} ms = {versus['paired_overhead']:+.2%} of "
           f"{versus['fp8_ms']:.2f} ms ({noise}{versus['interval_coverage']:.0%} interval "
           f"{lo:+.2%} to {hi:+.2%}, {versus['pairs']} pairs)")
+    if versus["cpu_overhead"] is not None:
+        low, high = versus["cpu_overhead_range"]
+        print(f"  the same, process CPU time per round: {versus['cpu_overhead']:+.2%} "
+              f"(median of {args.rounds} rounds; range {low:+.2%} to {high:+.2%})")
     return 1 if over else 0
 
 

@@ -279,18 +279,19 @@ class StorePath:
             self._metrics.record_stage("inner_store",
                                        task.end_stage("inner_store", time.perf_counter()))
             task.settle_heads()  # a key the adapter skipped never finished its head
+            stored = sum(t.get_size() for t in task.temps)  # before L1 may hand them out again
             self._temps.release_read(task.temp_keys)
             if not isinstance(result, L2StoreResult):
                 result = L2StoreResult(bool(result), 0)
-            if self._on_stored is not None and result.is_successful():
-                self._observe(task)
             self._finish(task, result, None if result.is_successful() else "inner_store")
+            if self._on_stored is not None and result.is_successful():
+                self._observe(task, stored)  # after the caller has its result
 
-    def _observe(self, task: WrapperTask) -> None:
+    def _observe(self, task: WrapperTask, stored: int) -> None:
         """Tell ``on_stored`` what the task's store took (never fails the task)."""
         assert self._on_stored is not None
         try:
-            self._on_stored(task.writer, task.bytes_kv, sum(t.get_size() for t in task.temps),
+            self._on_stored(task.writer, task.bytes_kv, stored,
                             task.stage_seconds.get("serialize", 0.0),
                             task.stage_seconds.get("inner_store", 0.0))
         except Exception as exc:
