@@ -316,15 +316,6 @@ def test_closing_closes_every_candidate_processor(tmp_path: Path, cache: Cache) 
     assert "hung_at_close" not in wrapper.metrics() or not wrapper.metrics()["hung_at_close"]
 
 
-def test_fault_bandwidth_is_validated() -> None:
-    from lmserde.l2.adapters.fault import FaultPlan
-
-    with pytest.raises(ValueError, match="bandwidth"):
-        FaultPlan(bandwidth_bytes_per_second=-1.0)
-    with pytest.raises(ValueError, match="bandwidth"):
-        FaultPlan(bandwidth_bytes_per_second=float("inf"))
-
-
 def test_scrub_counts_every_candidate_as_current_and_migrate_rewrites_read_also(
         tmp_path: Path, cache: Cache) -> None:
     from lmserde.l2 import migrate_adapter, scrub_adapter
