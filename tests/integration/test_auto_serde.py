@@ -383,3 +383,11 @@ def test_a_candidate_that_raises_fails_only_its_stores(tmp_path: Path, cache: Ca
     assert status["serde_wrapper"]["failures"].get("serialize") == 2
     assert hits.to_list() == [True] * 6
     assert all(torch.equal(d, _bytes(_object(700 + i))) for d, i in zip(data, kept))
+
+
+def test_a_split_tier_serde_is_no_candidate(tmp_path: Path, cache: Cache) -> None:
+    pytest.importorskip("lmserde_asym_k16_v8", reason="the split-tier serde is asym_k16_v8_v_only")
+    fds = open_fds()
+    with pytest.raises(ValueError, match="split-tier"):
+        _open(tmp_path, cache, _auto([IDENTITY, {"type": "asym_k16_v8_v_only"}]))
+    assert open_fds() == fds  # every candidate built so far closed, and the adapter

@@ -345,3 +345,25 @@ def test_a_hung_read_also_deserialize_does_not_hang_the_wrapper_close(
     _assert_named(adapter.report_status(), caplog, "deserialize of key")
     assert adapter.metrics()["failures"].get("closed", 0) == 2
     assert l1.memory_used_bytes() > 0  # the stuck call may still write its temporaries
+
+
+def test_a_hung_auto_candidate_does_not_hang_the_wrapper_close(
+    hanging_serde: str, gate: _Gate, l1: L1Manager, cache: Cache, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every candidate of serde ``auto`` is closed under the wrapper's one bound: the second
+    candidate's hung serialize is named, its store fails as ``closed`` and the temporary it
+    may still write is kept."""
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "serde": {
+        "type": "auto", "candidates": [{"type": "identity", "close_timeout_s": BOUND},
+                                       {"type": hanging_serde, "close_timeout_s": BOUND}]}}, l1)
+    assert cache.store(adapter, [key_of(0)], objects_for(KV, 1)).is_successful()  # identity's turn
+    gate.hang_serialize = True
+    adapter.submit_store_task([key_of(1)], objects_for(KV, 1, seed=1))  # the hung candidate's
+    assert gate.entered.wait(HANG_GUARD)
+    with caplog.at_level(logging.ERROR):
+        seconds = _timed_close(adapter)
+    assert seconds < BOUND + MARGIN, seconds
+    _assert_named(adapter.report_status(), caplog, "serialize of key")
+    assert adapter.metrics()["failures"].get("closed", 0) == 1
+    assert l1.memory_used_bytes() > 0  # the stuck call may still write its temporary
