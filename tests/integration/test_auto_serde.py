@@ -391,3 +391,19 @@ def test_a_split_tier_serde_is_no_candidate(tmp_path: Path, cache: Cache) -> Non
     with pytest.raises(ValueError, match="split-tier"):
         _open(tmp_path, cache, _auto([IDENTITY, {"type": "asym_k16_v8_v_only"}]))
     assert open_fds() == fds  # every candidate built so far closed, and the adapter
+
+
+@pytest.mark.parametrize("doc", ["docs/adaptive.md", "docs/user-guide.md"])
+def test_the_documented_auto_specs_are_valid(doc: str) -> None:
+    import json
+    import re
+
+    from lmserde.l2.build import AutoSerdeConfig, resolve_serde_value
+
+    text = (Path(__file__).resolve().parents[2] / doc).read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```json\n(.*?)\n```", text, re.DOTALL) if '"auto"' in b]
+    assert blocks, f"{doc} shows no auto spec"
+    for block in blocks:
+        config = parse_l2_adapter_spec(json.loads(block))
+        assert isinstance(config.serde_config, AutoSerdeConfig)
+        resolve_serde_value(config.serde_config)  # every candidate and option checked
