@@ -413,3 +413,19 @@ def test_the_documented_auto_specs_are_valid(doc: str) -> None:
         config = parse_l2_adapter_spec(json.loads(block))
         assert isinstance(config.serde_config, AutoSerdeConfig)
         resolve_serde_value(config.serde_config)  # every candidate and option checked
+
+
+def test_lmserde_info_auto_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from lmserde.cli.main import main
+
+    assert main(["info", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("auto: chooses") and "docs/adaptive.md" in out
+    assert "candidates, attention_errors=None, window=16" in out
+    assert main(["info", "auto", "--json"]) == 0
+    options = json.loads(capsys.readouterr().out)["options"]
+    assert set(options) == {"candidates", "attention_errors", "window", "loads_per_store",
+                            "hysteresis", "confirm", "explore_every", "warmup", "seed",
+                            "max_attention_error"}

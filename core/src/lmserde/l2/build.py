@@ -32,13 +32,15 @@ __all__ = [
     "check_serde_config",
     "AutoSerdeConfig",
     "AUTO_SERDE_TYPE",
+    "AUTO_OPTIONS",
 ]
 
 #: The serde type that chooses among candidate serde configs per store (``docs/adaptive.md``).
 AUTO_SERDE_TYPE = "auto"
 #: The options of ``auto`` that are the policy's settings (:class:`~lmserde.adaptive.PolicySettings`).
 _POLICY_OPTIONS = tuple(f.name for f in fields(PolicySettings))
-_AUTO_OPTIONS = ("candidates", "attention_errors", *_POLICY_OPTIONS)
+#: Every option of serde ``auto`` (``lmserde info auto`` lists them).
+AUTO_OPTIONS = ("candidates", "attention_errors", *_POLICY_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,10 @@ def _parse_auto(options: Mapping[str, Any]) -> AutoSerdeConfig:
     """The options of serde ``auto`` (see :class:`AutoSerdeConfig`); ``ValueError`` naming the
     accepted options for an unknown one, and for candidates that are missing, nested ``auto``
     or repeated names, or errors declared for no candidate."""
-    unknown = sorted(set(options) - set(_AUTO_OPTIONS))
+    unknown = sorted(set(options) - set(AUTO_OPTIONS))
     if unknown:
         raise ValueError(f"serde 'auto': unknown option(s) {', '.join(unknown)}; accepted: "
-                         f"{', '.join(_AUTO_OPTIONS)}")
+                         f"{', '.join(AUTO_OPTIONS)}")
     raw = options.get("candidates")
     if not isinstance(raw, (list, tuple)) or not raw:
         raise ValueError("serde 'auto' needs 'candidates': a non-empty list of serde configs "
