@@ -30,6 +30,11 @@ TEST_EXTRAS = ["pytest>=7", "pytest-timeout>=2.1", "hypothesis>=6", "numpy", "se
 #: Test-only servers: moto (pure Python) is the S3-compatible server the lmserde-s3 tests and
 #: benchmarks/bench_s3.py start on loopback.
 SERVER_EXTRAS = ["moto[server]>=5.0.20"]
+#: Plugins whose tests start moto (S3; KMS for lmserde-kms).
+SERVER_PLUGINS = ("s3", "kms")
+#: In-repo plugins a plugin's tests use beyond its dependencies (lmserde-kms's tests encrypt
+#: through the aesgcm serde, which is what its key provider serves).
+TEST_PLUGINS: dict[str, list[str]] = {"kms": ["aesgcm"]}
 
 #: What lmcache 0.5.6's serde package, serde wrapper, fs adapter and L1 manager import on a
 #: CPU-only machine; its own dependency list pulls CUDA packages, so the wheel goes in --no-deps.
@@ -130,8 +135,9 @@ def core(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """Core plus one plugin (and the in-repo plugins it depends on), that plugin's tests."""
     directory = ROOT / "plugins" / name
-    packages = [ROOT / "core", *_local_dependencies(directory, _package_dirs()), directory]
-    _install(session, packages, [*TEST_EXTRAS, *(SERVER_EXTRAS if name == "s3" else [])])
+    packages = [ROOT / "core", *_local_dependencies(directory, _package_dirs()),
+                *(ROOT / "plugins" / extra for extra in TEST_PLUGINS.get(name, [])), directory]
+    _install(session, packages, [*TEST_EXTRAS, *(SERVER_EXTRAS if name in SERVER_PLUGINS else [])])
     session.run("pytest", "-p", "no:cacheprovider", *(session.posargs or [f"tests/plugins/{name}"]))
 
 

@@ -13,7 +13,9 @@ Metadata rules, for every distribution found: name, version, summary, ``Requires
 license and its text (``LICENSE``, in the wheel and the sdist), at least one ``Project-URL`` and
 ``Classifier``; a plugin's ``lmserde`` requirement has a lower and an upper bound (the core API
 range of :mod:`lmserde.compat`); a distribution with a ``setup.py`` declaring ``ext_modules``
-ships its compiled extension inside a platform wheel and its C sources inside the sdist; a pure
+ships its compiled extension inside a platform wheel and its C sources and the build helper
+(``lmserde_native_build.py``, a regular file: in the repository a link into ``tools/``) inside
+the sdist; a pure
 distribution has a ``py3-none-any`` wheel.
 """
 
@@ -31,6 +33,8 @@ from email.parser import Parser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The one native build helper (``tools/``), linked beside each native distribution's setup.py.
+NATIVE_BUILD_HELPER = "lmserde_native_build.py"
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,22 @@ def problems_of(src: Source, outdir: Path) -> list[str]:
         with tarfile.open(sdist) as tf:
             if not any(n.endswith(".c") for n in tf.getnames()):
                 out.append(f"{sdist.name}: native distribution without C sources")
+            out += _helper_problems(sdist.name, tf)
     elif extensions or not wheel.name.endswith("py3-none-any.whl"):
         out.append(f"{wheel.name}: pure distribution but a platform wheel {extensions}")
     return out
+
+
+def _helper_problems(sdist_name: str, tf: tarfile.TarFile) -> list[str]:
+    """The shared build helper must be in the sdist as a regular file: in the repository it is a
+    symbolic link to ``tools/lmserde_native_build.py``, which an unpacked sdist could not reach."""
+    helper = [m for m in tf.getmembers()
+              if m.name.endswith(f"/{NATIVE_BUILD_HELPER}") and m.name.count("/") == 1]
+    if not helper:
+        return [f"{sdist_name}: native distribution without {NATIVE_BUILD_HELPER}"]
+    if not helper[0].isfile():
+        return [f"{sdist_name}: {NATIVE_BUILD_HELPER} is not a regular file in the sdist"]
+    return []
 
 
 def check(outdir: Path) -> int:

@@ -1,11 +1,13 @@
 """The one native-extension build of the lmserde distributions that ship C code: the core (its
 payload-checksum kernel) and the fp8, turboquant and zstd plugins.
 
-This file is kept in ``tools/lmserde_native_build.py``; each of them ships an identical copy
-beside its ``setup.py``, because a distribution's sdist must build on its own and cannot reach
-``../`` (``tests/plugins/test_native_build.py`` fails when a copy differs: copy this file over
-it). A shared build-time requirement was not chosen: it would have to be published to an index
-before any of them could be built in an isolated build environment, for some sixty lines of code.
+This file is the one source: core and each native plugin have a symbolic link to it beside
+their ``setup.py`` (``lmserde_native_build.py -> ../../tools/lmserde_native_build.py``), and
+their ``MANIFEST.in`` includes it. setuptools follows the link when it writes the sdist, so each
+sdist carries the helper as a regular file and builds on its own, out of this repository
+(``tools/dists.py check`` and ``tests/plugins/test_native_build.py`` hold both). A shared
+build-time requirement was not chosen: it would have to be published to an index before any of
+them could be built in an isolated build environment, for some sixty lines of code.
 
 What it guarantees, for every distribution alike:
 

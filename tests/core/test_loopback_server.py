@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from lmserde.testing import (
     LOOPBACK_HOST,
+    LoopbackChildServer,
     free_loopback_port,
     kill_child,
     log_tail,
@@ -83,3 +84,39 @@ def test_kill_child_kills_and_reaps() -> None:
     kill_child(child, group=True)
     assert child.returncode == -9
     kill_child(child)  # already gone: nothing to do
+
+
+class _EchoServer(LoopbackChildServer):
+    """A TCP server in a child Python process: the smallest real server on the base."""
+
+    def __init__(self) -> None:
+        self.port = free_loopback_port()
+
+    def start(self) -> _EchoServer:
+        if self.running:
+            return self
+        code = ("import socket, sys; s = socket.create_server((sys.argv[1], int(sys.argv[2]))); "
+                "s.accept()[0].sendall(b'hi'); s.accept()")
+        self._process = start_child([sys.executable, "-c", code, LOOPBACK_HOST, str(self.port)])
+
+        def answers() -> bool:
+            with socket.create_connection((LOOPBACK_HOST, self.port), timeout=2) as c:
+                return c.recv(2) == b"hi"
+
+        wait_until(answers, f"echo server on port {self.port}", 30, retry_on=(OSError,))
+        return self
+
+    def close(self) -> None:
+        if self._process is not None:
+            stop_child(self._process, grace_s=2)
+
+
+def test_a_child_server_reports_its_process_and_stops_when_the_with_block_ends() -> None:
+    server = _EchoServer()
+    assert not server.running and server.pid is None
+    with server as started:
+        assert started is server and server.running
+        assert server.pid is not None and server.pid == server._process.pid  # type: ignore[union-attr]
+    assert not server.running and server.pid is None
+    with pytest.raises(TypeError, match="abstract"):
+        LoopbackChildServer()  # type: ignore[abstract]

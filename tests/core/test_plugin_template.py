@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,23 @@ def test_cli_writes_the_package_and_refuses_an_occupied_directory(
     assert "not an empty directory" in capsys.readouterr().err
     assert main(["new-plugin", "Bad-Name", "--directory", str(tmp_path / "q")]) == 2
     assert not (tmp_path / "q").exists()
+
+
+def test_readme_installs_core_from_a_checkout_with_the_torch_constraints(tmp_path: Path) -> None:
+    """lmserde is not on PyPI: the README's one shell block gets it from a checkout's dist/, pins
+    torch with that checkout's constraints.txt and links no PyPI page (``nox -s build`` runs the
+    block verbatim: tests/packaging)."""
+    create_plugin("crcdemo", tmp_path / "p")
+    readme = (tmp_path / "p" / "README.md").read_text()
+    assert "pypi.org" not in readme and "](https://github.com/lmserde/lmserde)" in readme
+    blocks = re.findall(r"^```sh\n(.*?)\n```$", readme, re.DOTALL | re.MULTILINE)
+    assert len(blocks) == 1
+    assert ('pip install -c "$LMSERDE_CHECKOUT/constraints.txt" --find-links '
+            '"$LMSERDE_CHECKOUT/dist" -e ".[test]"') in blocks[0]
+    assert blocks[0].startswith(': "${LMSERDE_CHECKOUT:?')
+    unset = subprocess.run(["bash", "-c", blocks[0].splitlines()[0]], capture_output=True,
+                           text=True, env={"PATH": os.environ.get("PATH", "")}, check=False)
+    assert unset.returncode != 0 and "set LMSERDE_CHECKOUT to an lmserde checkout" in unset.stderr
 
 
 def test_generated_plugin_installs_and_passes_its_conformance_tests(tmp_path: Path) -> None:

@@ -118,3 +118,17 @@ def test_close_leaves_and_logs_workers_still_stuck(caplog: pytest.LogCaptureFixt
         assert pool.running == 1
     finally:
         release.set()
+
+
+def test_a_detached_job_runs_while_open_and_is_dropped_with_a_debug_line_once_closed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    pool = _pool()
+    ran = threading.Event()
+    pool.submit_detached(ran.set, "a test job")
+    assert ran.wait(_WAIT_S)
+    pool.close(lambda: None)
+    late = threading.Event()
+    with caplog.at_level(logging.DEBUG, logger=_LOGGER):
+        pool.submit_detached(late.set, "a deferred delete of 3 key(s)")  # never raises
+    assert "test adapter closed before a deferred delete of 3 key(s)" in caplog.text
+    assert not late.wait(0.2)

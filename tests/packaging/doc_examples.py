@@ -1,4 +1,5 @@
-"""Runnable examples in the docs: a fenced ``python`` block right after ``<!-- example: NAME ... -->``."""
+"""Runnable examples in the docs: a fenced ``python`` block right after ``<!-- example: NAME ... -->``,
+and the fenced ``sh`` blocks of a README."""
 
 from __future__ import annotations
 
@@ -16,3 +17,8 @@ def doc_example(relative_path: str, name: str) -> str:
     if match is None:
         raise LookupError(f"{relative_path} has no example '{name}'")
     return match.group(1) + "\n"
+
+
+def shell_blocks(markdown: str) -> list[str]:
+    """The fenced ```` ```sh ```` blocks of ``markdown``, in order (each ends with a newline)."""
+    return [m + "\n" for m in re.findall(r"^```sh\n(.*?)\n```$", markdown, re.DOTALL | re.MULTILINE)]

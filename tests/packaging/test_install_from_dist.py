@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from doc_examples import doc_example
+from doc_examples import doc_example, shell_blocks
 
 DIST = os.environ.get("LMSERDE_DIST_DIR")
-CONSTRAINTS = os.environ.get("LMSERDE_CONSTRAINTS", str(Path(__file__).parents[2] / "constraints.txt"))
+REPO = Path(__file__).resolve().parents[2]
+CONSTRAINTS = os.environ.get("LMSERDE_CONSTRAINTS", str(REPO / "constraints.txt"))
 
 pytestmark = [
     pytest.mark.skipif(not DIST, reason="needs built distributions: run `nox -s build`"),
@@ -134,3 +135,40 @@ def test_generated_plugin_installs_and_passes_its_own_tests(user_venv: UserVenv,
     golden = user_venv.run(user_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            str(plugin / "tests" / "test_golden.py"), cwd=plugin)
     assert golden.returncode == 0 and "1 passed" in golden.stdout, golden.stdout + golden.stderr
+
+
+def _checkout_with_dist(tmp_path: Path) -> Path:
+    """What a generated README calls ``$LMSERDE_CHECKOUT``: a folder with ``dist/`` (the wheels
+    under test) and ``constraints.txt`` (this run's)."""
+    if (Path(DIST).resolve() == (REPO / "dist").resolve()
+            and Path(CONSTRAINTS).resolve() == (REPO / "constraints.txt").resolve()):
+        return REPO
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "dist").symlink_to(Path(DIST).resolve())
+    (checkout / "constraints.txt").symlink_to(Path(CONSTRAINTS).resolve())
+    return checkout
+
+
+def test_generated_plugin_readme_commands_run_verbatim(user_venv: UserVenv, tmp_path: Path) -> None:
+    """The README ``lmserde new-plugin`` writes: its shell block, as written, in a shell of its own
+    (a fresh venv made by the block itself), with only ``LMSERDE_CHECKOUT`` set as it asks."""
+    plugin = tmp_path / "lmserde-readmedemo"
+    made = user_venv.run(user_venv.bin("lmserde"), "new-plugin", "readmedemo",
+                         "--directory", str(plugin))
+    assert made.returncode == 0, made.stderr
+    readme = (plugin / "README.md").read_text()
+    assert "pypi.org" not in readme
+    blocks = shell_blocks(readme)
+    assert len(blocks) == 1, readme
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    unset = subprocess.run(["bash", "-eu", "-c", blocks[0]], cwd=plugin, env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert unset.returncode != 0 and "set LMSERDE_CHECKOUT" in unset.stderr  # says what is missing
+    env["LMSERDE_CHECKOUT"] = str(_checkout_with_dist(tmp_path))
+    result = subprocess.run(["bash", "-eu", "-c", blocks[0]], cwd=plugin, env=env,
+                            capture_output=True, text=True, timeout=1500, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "readmedemo" in result.stdout and "lmserde-readmedemo" in result.stdout  # plugins
+    assert " passed" in result.stdout and "failed" not in result.stdout  # its pytest
+    assert (plugin / ".venv" / "bin" / "lmserde").exists()

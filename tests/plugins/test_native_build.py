@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 
@@ -37,16 +38,37 @@ def _load(path: Path) -> ModuleType:
 
 
 @pytest.mark.parametrize("plugin", sorted(PLUGINS))
-def test_each_plugin_ships_an_identical_copy_of_the_helper(plugin: str) -> None:
-    copy = _directory(plugin) / "lmserde_native_build.py"
-    assert copy.read_bytes() == CANONICAL.read_bytes(), (
-        f"{copy} differs from {CANONICAL}: edit the one in tools/ and copy it over"
-    )
+def test_each_distribution_links_the_one_helper(plugin: str) -> None:
+    """One source: each distribution's ``lmserde_native_build.py`` is a symbolic link to the file
+    in tools/ (its sdist carries it as a regular file: ``tools/dists.py check``)."""
+    link = _directory(plugin) / "lmserde_native_build.py"
+    assert link.is_symlink(), f"{link} must be a link to {CANONICAL}, not a copy"
+    assert link.resolve() == CANONICAL.resolve()
     manifest = (_directory(plugin) / "MANIFEST.in").read_text().split("\n")
     assert "include lmserde_native_build.py" in manifest  # the sdist builds on its own
     setup_py = (_directory(plugin) / "setup.py").read_text()
     assert "from lmserde_native_build import native_setup_kwargs" in setup_py
     assert "extra_compile_args" not in setup_py and "build_ext" not in setup_py
+
+
+def test_the_sdist_carries_the_helper_as_a_regular_file(tmp_path: Path) -> None:
+    """setuptools follows the link when it writes the sdist, so an unpacked sdist builds alone."""
+    work = tmp_path / "repo"
+    shutil.copytree(ROOT / "tools", work / "tools")
+    shutil.copytree(_directory("fp8"), work / "plugins" / "fp8", symlinks=True,
+                    ignore=shutil.ignore_patterns("*.so", "*.egg-info", "build"))
+    assert (work / "plugins" / "fp8" / "lmserde_native_build.py").is_symlink()
+    result = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir",
+                             str(tmp_path / "dist")], cwd=work / "plugins" / "fp8",
+                            env={**os.environ, "LMSERDE_FP8_NO_EXTENSION": "1"},
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    sdist = next((tmp_path / "dist").glob("*.tar.gz"))
+    with tarfile.open(sdist) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/lmserde_native_build.py"))
+        assert member.isfile() and not member.issym()
+        data = tf.extractfile(member)
+        assert data is not None and data.read() == CANONICAL.read_bytes()
 
 
 def test_the_flags_keep_ieee_rounding() -> None:

@@ -17,6 +17,7 @@ from .completion_queue import CompletionQueue as CompletionQueue
 from .data_kind import DataKind as DataKind
 from .events import create_event_notifier as create_event_notifier
 from .foreign_object import ForeignObjectError as ForeignObjectError
+from .foreign_object import UnkeyedObjectError as UnkeyedObjectError
 from .frame_checksum import PayloadHasher as PayloadHasher
 from .frame_checksum import checksum_kernel as checksum_kernel
 from .frame_checksum import copy_with_checksum as copy_with_checksum
@@ -44,12 +45,14 @@ from .multi import layout_desc_to_group as layout_desc_to_group
 from .multi import single_to_multi_deserializer as single_to_multi_deserializer
 from .multi import single_to_multi_serializer as single_to_multi_serializer
 from .multi import validate_group_size as validate_group_size
+from .native_extension import NativeExtension as NativeExtension
 from .observability import PolicyChangeEvent as PolicyChangeEvent
 from .observability import SerdeTaskEvent as SerdeTaskEvent
 from .observability import WrapperTaskEvent as WrapperTaskEvent
 from .options import SerdeOption as SerdeOption
 from .options import close_timeout_option as close_timeout_option
 from .options import max_workers_option as max_workers_option
+from .options import processor_options as processor_options
 from .plugin_discovery import PluginLoadError as PluginLoadError
 from .processor import AsyncSerdeProcessor as AsyncSerdeProcessor
 from .processor import HungCall as HungCall

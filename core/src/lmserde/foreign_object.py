@@ -11,7 +11,7 @@ key, the wrapper deletes such an object.
 
 from __future__ import annotations
 
-__all__ = ["ForeignObjectError"]
+__all__ = ["ForeignObjectError", "UnkeyedObjectError"]
 
 
 class ForeignObjectError(Exception):
@@ -19,4 +19,12 @@ class ForeignObjectError(Exception):
     identity) this reader does not hold: a miss, never a deletion.
 
     Deliberately not a ``ValueError``: a ``ValueError`` from a deserializer condemns the bytes.
+    """
+
+
+class UnkeyedObjectError(ForeignObjectError):
+    """A :class:`ForeignObjectError` whose key material is not, or no longer, in the reader's key
+    provider: its tenant was forgotten (or never given to it) or its key version retired. The
+    wrapper reports it under reason ``unkeyed``: a miss, kept like any foreign object; only
+    ``lmserde scrub --delete-unkeyed``, run with the authoritative keyring, deletes it.
     """

@@ -16,12 +16,12 @@ import torch
 
 from lmserde.base import Deserializer, Serializer
 from lmserde.builtin_plugins import BUILTIN_FACTS
-from lmserde.frame_checksum import checksum_kernel, payload_hasher
+from lmserde.frame_checksum import PayloadHasher, checksum_kernel, payload_hasher
 from lmserde.install_hints import SERDE_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj, as_byte_tensor
-from lmserde.options import close_timeout_option, max_workers_option
+from lmserde.options import processor_options
 from lmserde.spec import SerdePair, SerdeSizeContract, SerdeSpec
 
 __all__ = ["IdentitySerializer", "IdentityDeserializer", "IDENTITY_SPEC"]
@@ -39,6 +39,27 @@ def _copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
+def _check_room(role: str, have: int, need: int) -> None:
+    """``ValueError`` when the ``role`` buffer's ``have`` bytes cannot hold ``need``."""
+    if have < need:
+        raise ValueError(f"identity serde: {role} buffer too small ({have} < {need} bytes)")
+
+
+def _copy_payload(out: torch.Tensor, data: torch.Tensor, hasher: PayloadHasher | None, *,
+                  storing: bool) -> None:
+    """``out[:] = data``, where one side is the framed payload that ``hasher`` is bound to (the
+    destination when ``storing``, else the source): the hasher does the copy and hashes it in
+    passing when there is one and the other side is on the CPU; otherwise a plain copy."""
+    plain = data if storing else out
+    if hasher is not None and plain.device.type == "cpu":
+        if storing:
+            hasher.copy_in(data)
+        else:
+            hasher.copy_out(out)
+    elif data.numel():
+        _copy_bytes(out, data)
+
+
 class IdentitySerializer(Serializer):
     """Copies the source's bytes into the destination (hashing them in the copy when the wrapper
     wants the payload checksum)."""
@@ -46,15 +67,8 @@ class IdentitySerializer(Serializer):
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
         data = as_byte_tensor(src)
         n = data.numel()
-        if dst.get_size() < n:
-            raise ValueError(
-                f"identity serde: destination buffer too small ({dst.get_size()} < {n} bytes)"
-            )
-        hasher = payload_hasher(dst)
-        if hasher is not None and data.device.type == "cpu":
-            hasher.copy_in(data)
-        elif n:
-            _copy_bytes(as_byte_tensor(dst)[:n], data)
+        _check_room("destination", dst.get_size(), n)
+        _copy_payload(as_byte_tensor(dst)[:n], data, payload_hasher(dst), storing=True)
         return n
 
     def estimate_serialized_size(self, layout_desc: MemoryLayoutDesc) -> int:
@@ -71,15 +85,8 @@ class IdentityDeserializer(Deserializer):
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         out = as_byte_tensor(dst)
         n = out.numel()
-        if src.get_size() < n:
-            raise ValueError(
-                f"identity serde: source buffer too small ({src.get_size()} < {n} bytes)"
-            )
-        hasher = payload_hasher(src)
-        if hasher is not None and out.device.type == "cpu":
-            hasher.copy_out(out)
-        elif n:
-            _copy_bytes(out, as_byte_tensor(src)[:n])
+        _check_room("source", src.get_size(), n)
+        _copy_payload(out, as_byte_tensor(src)[:n], payload_hasher(src), storing=False)
 
 
 def _identity_pair(options: dict[str, Any]) -> SerdePair:
@@ -89,7 +96,7 @@ def _identity_pair(options: dict[str, Any]) -> SerdePair:
 IDENTITY_SPEC = SerdeSpec(
     pair_factory=_identity_pair,
     description=BUILTIN_FACTS[SERDE_GROUP]["identity"].description,
-    options=(max_workers_option(1), close_timeout_option()),
+    options=processor_options(max_workers=1),
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
 )

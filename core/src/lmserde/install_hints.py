@@ -62,6 +62,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     },
     CLI_COMMANDS: {
         "keygen": "lmserde-aesgcm",
+        "kms": "lmserde-kms",
     },
 }
 

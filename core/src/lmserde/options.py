@@ -16,6 +16,7 @@ __all__ = [
     "validate_options",
     "max_workers_option",
     "close_timeout_option",
+    "processor_options",
     "check_close_timeout",
     "coerce_int",
     "MAX_WORKERS_LIMIT",
@@ -189,6 +190,13 @@ def close_timeout_option(default: float = DEFAULT_CLOSE_TIMEOUT_S) -> SerdeOptio
         maximum=MAX_CLOSE_TIMEOUT_S,
         identity=False,
     )
+
+
+def processor_options(max_workers: int = 1,
+                      close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> tuple[SerdeOption, ...]:
+    """The options every serde run by core's processor declares, with these defaults:
+    :func:`max_workers_option` and :func:`close_timeout_option` (in that order)."""
+    return (max_workers_option(max_workers), close_timeout_option(close_timeout_s))
 
 
 def check_close_timeout(value: Any, *, name: str = "close_timeout_s") -> float:

@@ -19,7 +19,10 @@ from packaging.version import Version
 
 from lmserde.compat import API_VERSION
 
-__all__ = ["NAME_PATTERN", "core_dependency_range", "create_plugin", "plugin_names"]
+__all__ = ["HOMEPAGE", "NAME_PATTERN", "core_dependency_range", "create_plugin", "plugin_names"]
+
+#: Where the generated README points for lmserde (its repository: lmserde is not on PyPI).
+HOMEPAGE = "https://github.com/lmserde/lmserde"
 
 #: A serde type name: what users write as ``"type"`` in configs (also the module suffix).
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -46,6 +49,7 @@ def plugin_names(name: str) -> dict[str, str]:
         "spec": f"{name.upper()}_SPEC",
         "title": "".join(part.capitalize() for part in name.split("_")),
         "core_range": core_dependency_range(),
+        "homepage": HOMEPAGE,
     }
 
 
@@ -130,8 +134,7 @@ from lmserde import (
     SerdeSpec,
     Serializer,
     as_byte_tensor,
-    close_timeout_option,
-    max_workers_option,
+    processor_options,
 )
 
 __all__ = ["$spec", "${title}Serializer", "${title}Deserializer"]
@@ -150,6 +153,11 @@ def _trailer(crc: int) -> torch.Tensor:
     return torch.tensor(list(crc.to_bytes(TRAILER_BYTES, "little")), dtype=torch.uint8)
 
 
+def _check_room(role: str, have: int, need: int) -> None:
+    if have < need:
+        raise ValueError(f"$name: {role} holds {have} bytes, need {need}")
+
+
 class ${title}Serializer(Serializer):
     """Copies the object and appends the CRC-32 of its bytes."""
 
@@ -157,8 +165,7 @@ class ${title}Serializer(Serializer):
         data = as_byte_tensor(src)
         out = as_byte_tensor(dst)
         n = data.numel()
-        if out.numel() < n + TRAILER_BYTES:
-            raise ValueError(f"$name: destination holds {out.numel()} bytes, need {n + TRAILER_BYTES}")
+        _check_room("destination", out.numel(), n + TRAILER_BYTES)
         out[:n].copy_(data)
         out[n : n + TRAILER_BYTES].copy_(_trailer(_crc32(src, n)))
         return n + TRAILER_BYTES
@@ -177,8 +184,7 @@ class ${title}Deserializer(Deserializer):
         out = as_byte_tensor(dst)
         data = as_byte_tensor(src)
         n = out.numel()
-        if data.numel() < n + TRAILER_BYTES:
-            raise ValueError(f"$name: source holds {data.numel()} bytes, need {n + TRAILER_BYTES}")
+        _check_room("source", data.numel(), n + TRAILER_BYTES)
         if self.verify:
             stored = int.from_bytes(bytes(data[n : n + TRAILER_BYTES].tolist()), "little")
             if stored != _crc32(src, n):
@@ -197,8 +203,7 @@ $spec = SerdeSpec(
     description="Byte copy with a CRC-32 trailer verified on load",
     options=(
         SerdeOption("verify", bool, True, "check the CRC-32 trailer on load"),
-        max_workers_option(1),
-        close_timeout_option(),
+        *processor_options(max_workers=1),
     ),
     size_contract=SerdeSizeContract.EXACT,
     lossy=False,
@@ -309,30 +314,34 @@ def test_golden_objects_load_bit_exactly() -> None:
 _README = '''\
 # $distribution
 
-The `$name` serde for [lmserde](https://pypi.org/project/lmserde/) L2 tiers, made with
+The `$name` serde for [lmserde]($homepage) L2 tiers, made with
 `lmserde new-plugin $name`. It starts as a lossless byte copy with a CRC-32 trailer that loads
 verify; replace the transform in `src/$package/serde.py` with yours.
 
-## Use
+## Install and test
 
+lmserde is not on PyPI: pip takes it from the wheels an lmserde checkout builds into its `dist/`
+folder (`python3 -m nox -s build` there), and that checkout's `constraints.txt` pins torch to the
+CPU build it is tested with (without it pip may download a multi-GB CUDA build). Set
+`LMSERDE_CHECKOUT` to the checkout, then, in this directory (lmserde's CI runs this block
+verbatim):
+
+```sh
+: "$${LMSERDE_CHECKOUT:?set LMSERDE_CHECKOUT to an lmserde checkout whose dist/ holds its wheels}"
+python -m venv .venv && . .venv/bin/activate
+pip install -c "$$LMSERDE_CHECKOUT/constraints.txt" --find-links "$$LMSERDE_CHECKOUT/dist" -e ".[test]"
+lmserde plugins              # lists $name
+pytest                       # runs lmserde's conformance kit on the installed entry point
 ```
-pip install .                               # from this directory (or a wheel: python -m build)
-lmserde plugins                             # lists $name
-```
+
+In an environment that already has lmserde, `pip install .` installs the plugin (or build a
+wheel with `python -m build`). Then name it in an L2 adapter's config:
 
 ```json
 {"type": "fs", "base_path": "/var/cache/kv", "serde": {"type": "$name", "verify": true}}
 ```
 
 Options: `verify` (bool, default `true`): check the trailer on load; `max_workers` (int, default 1).
-
-## Develop
-
-```
-python -m venv .venv && . .venv/bin/activate
-pip install -e ".[test]"     # pytest comes with the test extra
-pytest                       # runs lmserde's conformance kit on the installed entry point
-```
 
 The entry point (`[project.entry-points."lmcache.serde"]` in `pyproject.toml`) names the config
 type; the dependency range on `lmserde` names the cores this plugin is built for.

@@ -203,6 +203,19 @@ class SerdeSpec:
                                    serde_type=serde_type,
                                    close_timeout_s=self.close_timeout(options))
 
+    def processor_factory(self, serde_type: str) -> SerdeFactory:
+        """An upstream-style factory ``kwargs -> SerdeProcessor`` for this spec under the name
+        ``serde_type`` (what a plugin exports as ``create_<type>_processor``): validated kwargs
+        (every declared option present) in, :meth:`create_processor` out."""
+
+        def create(kwargs: dict[str, Any]) -> SerdeProcessor:
+            return self.create_processor(serde_type, kwargs)
+
+        create.__name__ = create.__qualname__ = f"create_{serde_type}_processor"
+        create.__doc__ = (f"The ``{serde_type}`` processor core builds from its spec for "
+                          "validated kwargs.")
+        return create
+
     @classmethod
     def from_entry_object(cls, obj: Any) -> SerdeSpec:
         """Accept a ``SerdeSpec`` or a plain upstream-style ``factory(kwargs)`` callable."""

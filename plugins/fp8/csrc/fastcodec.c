@@ -396,6 +396,22 @@ AVX2_FN static inline __m256i mag16(__m256i a, const enc16_vconsts *k, const int
     return r;
 }
 
+/*
+ * The 32 codes of two vectors of 16-bit floats, stored at dst in source order: v0, v1 are the
+ * source bits, a0, a1 their magnitudes (sign cleared), m0, m1 the magnitude codes mag16 made of
+ * them; the sign and the NaN code (magnitudes above k->nan_above) are put in here.
+ */
+AVX2_FN static inline void store_codes16(uint8_t *dst, __m256i v0, __m256i v1, __m256i a0, __m256i a1,
+                                         __m256i m0, __m256i m1, const enc16_vconsts *k) {
+    __m256i b = _mm256_packus_epi16(m0, m1);
+    __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k->sign8);
+    __m256i nn = _mm256_and_si256(
+        _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k->nan_above), _mm256_cmpgt_epi16(a1, k->nan_above)),
+        k->nan8);
+    b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permute4x64_epi64(b, 0xD8));
+}
+
 AVX2_FN static size_t enc16_loop(const unsigned char *src, int kind, uint8_t *dst, size_t n, int fp8,
                                  const int shift, const int need_sub) {
     enc16_vconsts k = make_enc16_vconsts(fp8, kind, 0);
@@ -404,14 +420,8 @@ AVX2_FN static size_t enc16_loop(const unsigned char *src, int kind, uint8_t *ds
         __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + 2 * i));
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + 2 * i + 32));
         __m256i a0 = _mm256_and_si256(v0, k.absmask), a1 = _mm256_and_si256(v1, k.absmask);
-        __m256i b = _mm256_packus_epi16(mag16(a0, &k, kind, shift, need_sub),
-                                        mag16(a1, &k, kind, shift, need_sub));
-        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
-        __m256i nn = _mm256_and_si256(
-            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
-            k.nan8);
-        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+        store_codes16(dst + i, v0, v1, a0, a1, mag16(a0, &k, kind, shift, need_sub),
+                      mag16(a1, &k, kind, shift, need_sub), &k);
     }
     return i;
 }
@@ -449,14 +459,8 @@ AVX2_FN static inline size_t enc16_pow2_bf16(const enc16_vconsts *kc, const unsi
             s0 = _mm256_and_si256(_mm256_adds_epu16(a0, kbits), _mm256_cmpgt_epi16(a0, smallest_normal));
             s1 = _mm256_and_si256(_mm256_adds_epu16(a1, kbits), _mm256_cmpgt_epi16(a1, smallest_normal));
         }
-        __m256i b = _mm256_packus_epi16(mag16(s0, &k, KIND_BF16, shift, 1),
-                                        mag16(s1, &k, KIND_BF16, shift, 1));
-        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), k.sign8);
-        __m256i nn = _mm256_and_si256(
-            _mm256_packs_epi16(_mm256_cmpgt_epi16(a0, k.nan_above), _mm256_cmpgt_epi16(a1, k.nan_above)),
-            k.nan8);
-        b = _mm256_or_si256(b, _mm256_or_si256(sg, nn));
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(b, 0xD8));
+        store_codes16(dst + i, v0, v1, a0, a1, mag16(s0, &k, KIND_BF16, shift, 1),
+                      mag16(s1, &k, KIND_BF16, shift, 1), &k);
     }
     return i;
 }
@@ -1150,37 +1154,54 @@ PyDoc_STRVAR(decode_doc,
              "decode(src_addr, fp8_kind, dst_addr, dst_kind, n_rows, row_len, scales_addr, level)\n"
              "Decode n_rows*row_len fp8 codes to floats; scales_addr as for encode.");
 
-static PyObject *py_decode(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr, scales_addr;
+/*
+ * decode and decode_pow2: the same arguments (aux_addr: the rows' float32 scales, or for
+ * decode_pow2 their int8 exponents) and the same row loop; only a row's scale differs.
+ */
+static PyObject *decode_rows(PyObject *args, int pow2) {
+    unsigned long long src_addr, dst_addr, aux_addr;
     int kind, fp8, level;
     Py_ssize_t n_rows, row_len;
-    (void)self;
     if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
-                          &scales_addr, &level))
+                          &aux_addr, &level))
         return NULL;
     if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
     const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
     unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
-    const float *scales = (const float *)(uintptr_t)scales_addr;
+    const float *scales = pow2 ? NULL : (const float *)(uintptr_t)aux_addr;
+    const int8_t *exps = pow2 ? (const int8_t *)(uintptr_t)aux_addr : NULL;
     size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
+    for (size_t r = 0; pow2 && r < rows; r++) {
+        if (exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT) {
+            PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
+            return NULL;
+        }
+    }
     int lv = effective_level(level);
     fpenv env;
     const int stream = use_stream(rows * len * es, lv);
     int streamed = 0;
     Py_BEGIN_ALLOW_THREADS
     fpenv_enter(&env);
-    if (scales == NULL) {
+    if (!pow2 && scales == NULL) { /* unscaled: the rows are one run */
         len = rows * len;
         rows = len ? 1 : 0;
     }
-    for (size_t r = 0; r < rows; r++)
-        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len,
-                               scales ? scales + r : NULL, lv, stream);
+    for (size_t r = 0; r < rows; r++) {
+        float pow2_scale = pow2 ? pow2f(exps[r]) : 0.0f;
+        const float *scale = pow2 ? &pow2_scale : scales ? scales + r : NULL;
+        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len, scale, lv, stream);
+    }
     stream_fence(stream);
     fpenv_leave(&env);
     Py_END_ALLOW_THREADS
     g_streamed_decodes += (unsigned long long)streamed;
     Py_RETURN_NONE;
+}
+
+static PyObject *py_decode(PyObject *self, PyObject *args) {
+    (void)self;
+    return decode_rows(args, 0);
 }
 
 /* ------------------------------------------------ coding with the payload checksum in the loop */
@@ -1479,39 +1500,8 @@ PyDoc_STRVAR(decode_pow2_doc,
              "Decode each row times 2^k, k the row's int8 exponent (checked: -126 <= k <= 126).");
 
 static PyObject *py_decode_pow2(PyObject *self, PyObject *args) {
-    unsigned long long src_addr, dst_addr, exps_addr;
-    int kind, fp8, level;
-    Py_ssize_t n_rows, row_len;
     (void)self;
-    if (!PyArg_ParseTuple(args, "KiKinnKi", &src_addr, &fp8, &dst_addr, &kind, &n_rows, &row_len,
-                          &exps_addr, &level))
-        return NULL;
-    if (check_kinds(kind, fp8) < 0 || check_shape(n_rows, row_len) < 0) return NULL;
-    const uint8_t *src = (const uint8_t *)(uintptr_t)src_addr;
-    unsigned char *dst = (unsigned char *)(uintptr_t)dst_addr;
-    const int8_t *exps = (const int8_t *)(uintptr_t)exps_addr;
-    size_t rows = (size_t)n_rows, len = (size_t)row_len, es = elem_size(kind);
-    for (size_t r = 0; r < rows; r++) {
-        if (exps[r] < MIN_EXPONENT || exps[r] > MAX_EXPONENT) {
-            PyErr_SetString(PyExc_ValueError, "scale exponent outside [-126, 126]");
-            return NULL;
-        }
-    }
-    int lv = effective_level(level);
-    fpenv env;
-    const int stream = use_stream(rows * len * es, lv);
-    int streamed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    fpenv_enter(&env);
-    for (size_t r = 0; r < rows; r++) {
-        float scale = pow2f(exps[r]);
-        streamed |= decode_row(src + r * len, fp8, dst + r * len * es, kind, len, &scale, lv, stream);
-    }
-    stream_fence(stream);
-    fpenv_leave(&env);
-    Py_END_ALLOW_THREADS
-    g_streamed_decodes += (unsigned long long)streamed;
-    Py_RETURN_NONE;
+    return decode_rows(args, 1);
 }
 
 static PyObject *py_streamed_decodes(PyObject *self, PyObject *noargs) {

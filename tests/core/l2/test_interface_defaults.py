@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 from lmserde import ObjectKey
-from lmserde.l2 import AdapterTaskQueues, Bitmap, L2AdapterInterface, L2StoreResult
+from lmserde.l2 import (
+    AdapterTaskQueues,
+    Bitmap,
+    L2AdapterInterface,
+    L2StoreResult,
+    check_keys_and_objects,
+)
 from lmserde.testing import adapter_key as key
 
 
@@ -109,3 +115,9 @@ def test_listeners_and_per_salt_accounting() -> None:
                                   ("deleted", [key(0, "a"), key(7)])]
     finally:
         adapter.close()
+
+
+def test_check_keys_and_objects_names_the_call_and_both_counts() -> None:
+    check_keys_and_objects([1, 2], ["a", "b"], "submit_store_task")  # one object per key
+    with pytest.raises(ValueError, match="^submit_load_task got 2 keys but 1 objects$"):
+        check_keys_and_objects([1, 2], ["a"], "submit_load_task")

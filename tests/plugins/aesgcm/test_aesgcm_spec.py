@@ -25,7 +25,8 @@ def test_spec_contract() -> None:
     assert spec is lmserde_aesgcm.AESGCM_SPEC
     assert spec.size_contract is SerdeSizeContract.EXACT and spec.lossy is False
     assert [o.name for o in spec.options or ()] == [
-        "aes_bits", "key_provider", "master_key_path", "keyring_path", "key_provider_options",
+        "aes_bits", "key_provider", "master_key_path", "keyring_path",
+        "keyring_reload_interval_s", "key_provider_options",
         "allow_insecure_key_permissions", "frame_version", "max_workers", "close_timeout_s",
     ]
 

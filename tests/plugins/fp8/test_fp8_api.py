@@ -115,9 +115,9 @@ def test_dequantize_rejects_bad_input() -> None:
 
 
 def test_native_module_missing_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel, "_module", None)
+    monkeypatch.setattr(kernel.FASTCODEC, "_module", None)
     assert not kernel.fast_path_available() and kernel.simd_level() == -1
-    with pytest.raises(RuntimeError, match="native codec is not built"):
+    with pytest.raises(RuntimeError, match=r"lmserde_fp8\._fastcodec is not built"):
         kernel.native_module()
     # the public API keeps working on the torch codec
     codes = torch.empty(3, dtype=torch.uint8)
@@ -183,8 +183,8 @@ def test_native_status_and_one_fallback_warning(monkeypatch: pytest.MonkeyPatch,
         assert get_serde_spec("fp8").describe_native() == {
             "backend": "native", "simd": kernel.SIMD_NAMES[kernel.simd_level()], "built": True}
         assert get_serde_spec("asym_k16_v8").describe_native() == kernel.native_status()
-    monkeypatch.setattr(kernel, "_module", None)
-    monkeypatch.setattr(kernel, "_fallback_logged", False)
+    monkeypatch.setattr(kernel.FASTCODEC, "_module", None)
+    monkeypatch.setattr(kernel.FASTCODEC, "_fallback_logged", False)
     status = get_serde_spec("fp8").describe_native()
     assert status is not None and status["backend"] == "torch" and status["built"] is False
     assert "not built" in status["reason"]

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from lmserde.l2 import create_l2_adapter
-from lmserde_s3.local_server import TEST_CREDENTIALS, LocalS3Server, MotoNotInstalledError
+from lmserde.testing import use_test_aws_environment
+from lmserde_s3.local_server import LocalS3Server, MotoNotInstalledError
 
 _buckets = itertools.count()
 
@@ -23,15 +24,7 @@ _buckets = itertools.count()
 def aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
                     ) -> None:
     """Test credentials in the environment; no profile, no real config files, no IMDS."""
-    empty = tmp_path_factory.getbasetemp() / "no-aws-files"
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
-                 "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_CA_BUNDLE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in TEST_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    use_test_aws_environment(monkeypatch, tmp_path_factory.getbasetemp() / "no-aws-files")
 
 
 def _server() -> LocalS3Server:

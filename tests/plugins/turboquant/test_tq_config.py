@@ -72,7 +72,7 @@ def test_config_validates_directly() -> None:
 
 
 def test_native_backend_requires_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config_module.codec_native, "_native", None)
+    monkeypatch.setattr(config_module.codec_native.NATIVE_CODEC, "_module", None)
     with pytest.raises(ValueError, match="native codec is not built"):
         _make(backend="native")
     _make(backend="auto").close()  # falls back to the torch codec
@@ -103,8 +103,8 @@ def test_native_status_and_one_fallback_warning(monkeypatch: pytest.MonkeyPatch,
     if codec_native.available():
         status = TURBOQUANT_SPEC.describe_native()
         assert status == {"backend": "native", "simd": codec_native.simd_isa(), "built": True}
-    monkeypatch.setattr(codec_native, "_native", None)
-    monkeypatch.setattr(codec_native, "_fallback_logged", False)
+    monkeypatch.setattr(codec_native.NATIVE_CODEC, "_module", None)
+    monkeypatch.setattr(codec_native.NATIVE_CODEC, "_fallback_logged", False)
     status = TURBOQUANT_SPEC.describe_native()
     assert status is not None and status["backend"] == "torch" and status["built"] is False
     assert "not built" in status["reason"]

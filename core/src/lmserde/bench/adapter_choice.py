@@ -6,12 +6,11 @@ A ``base_path`` the adapter requires but the spec leaves out is a fresh temporar
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lmserde.bench.serde_selection import BenchInputError
+from lmserde.bench.serde_selection import BenchInputError, load_json_arg
 from lmserde.l2 import get_l2_adapter_spec
 
 __all__ = ["DEFAULT_ADAPTER", "parse_adapter_arg", "validate_adapter_spec", "complete_adapter_spec"]
@@ -25,13 +24,7 @@ def parse_adapter_arg(text: str) -> dict[str, Any]:
     stripped = text.strip()
     if stripped and stripped[0] not in "{[" and stripped.replace("_", "").replace("-", "").isalnum():
         return {"type": stripped}
-    try:
-        value = json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        raise BenchInputError(
-            f"--adapter {text!r} is not valid JSON ({exc.msg} at column {exc.colno}); expected "
-            'e.g. \'{"type": "fs", "base_path": "/mnt/nvme/kv"}\''
-        ) from None
+    value = load_json_arg("--adapter", text, '{"type": "fs", "base_path": "/mnt/nvme/kv"}')
     if not isinstance(value, dict):
         raise BenchInputError(f"--adapter must be a JSON object, got {type(value).__name__}")
     return value

@@ -171,18 +171,17 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def _check_slots(processor: SerdeProcessor, form: ChunkForm, config: SerdeConfigValue
-                 ) -> str | None:
+def _check_slots(processor: SerdeProcessor, form: ChunkForm, config: SerdeConfigValue) -> str | None:
     """Why the data path cannot store whole chunks with this serde, or ``None``."""
     if form is not ChunkForm.KV_GROUPS:
         return None
-    mapping = processor.input_slot_mapping() or (0, 1)
     if derive_storage_placement_mode([config]) is StoragePlacementMode.KV_SPLIT_TIER:
         try:
             split_slots(processor, "")
         except ValueError as exc:
             return str(exc)
         return None  # split-tier: the data path keeps K in L1 and stores V
+    mapping = processor.input_slot_mapping() or (0, 1)
     if sorted(g for g in mapping if g is not None) != [0, 1]:
         return (f"input slots {tuple(mapping)} do not cover both K and V, and the serde does not "
                 "declare split-tier placement (KV_SPLIT_TIER): the whole-chunk data path cannot "

@@ -23,6 +23,7 @@ from lmserde.registry import get_serde_spec, list_serdes
 __all__ = [
     "BenchInputError",
     "BenchSerde",
+    "load_json_arg",
     "RunContext",
     "SerdeConfigValue",
     "parse_serde_arg",
@@ -61,6 +62,19 @@ class BenchInputError(ValueError):
     """Bad input to ``lmserde bench`` (an unknown serde type, invalid JSON, an unknown option...)."""
 
 
+def load_json_arg(flag: str, text: str, example: str) -> Any:
+    """The JSON value of the command-line argument ``text`` given to ``flag``;
+    :class:`BenchInputError` naming the flag, the error's column and ``example`` (a valid value)
+    if it is not valid JSON."""
+    try:
+        return json.loads(text.strip())
+    except json.JSONDecodeError as exc:
+        raise BenchInputError(
+            f"{flag} {text!r} is not valid JSON ({exc.msg} at column {exc.colno}); expected "
+            f"e.g. {example!r}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class BenchSerde:
     """One serde configuration to measure: ``config`` is a serde dict or a chain (list)."""
@@ -87,13 +101,7 @@ def parse_serde_arg(text: str) -> SerdeConfigValue:
     if not stripped:
         raise BenchInputError("--serde needs a serde type (e.g. fp8) or a JSON object")
     if stripped[0] in "{[":
-        try:
-            value = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise BenchInputError(
-                f"--serde {text!r} is not valid JSON ({exc.msg} at column {exc.colno}); expected "
-                'e.g. \'{"type": "fp8"}\''
-            ) from None
+        value = load_json_arg("--serde", text, '{"type": "fp8"}')
     elif _NAME_RE.match(stripped):
         value = {"type": stripped}
     else:

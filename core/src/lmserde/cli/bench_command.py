@@ -25,11 +25,10 @@ from lmserde.bench.run_defaults import (
     DEFAULT_WORKERS,
 )
 from lmserde.bench.serde_selection import BenchInputError
+from lmserde.cli.exit_codes import EXIT_USAGE
 
 __all__ = ["add_parser", "run", "EXIT_USAGE", "EXIT_FAILED"]
 
-#: Bad command-line input (as argparse).
-EXIT_USAGE = 2
 #: A serde named with --serde failed, or no serde could be measured.
 EXIT_FAILED = 1
 

@@ -15,10 +15,12 @@ from lmserde._version import __version__
 from lmserde.cli import (
     bench_command,
     info_command,
+    keyring_commands,
     new_plugin_command,
     plugins_command,
     scrub_command,
 )
+from lmserde.cli.exit_codes import EXIT_USAGE
 from lmserde.install_hints import CLI_COMMANDS, install_hint, providing_distribution
 from lmserde.plugin_discovery import DISABLE_ENV
 
@@ -26,8 +28,6 @@ __all__ = ["build_parser", "main"]
 
 _log = logging.getLogger(__name__)
 
-#: Exit code for bad command-line input (argparse uses 2 as well).
-EXIT_USAGE = 2
 #: Exit code when the reader of stdout went away: 128 + SIGPIPE, what a shell reports for a
 #: command a closed pipe killed (``yes | head`` -> 141).
 EXIT_BROKEN_PIPE = 141
@@ -36,7 +36,8 @@ EXIT_BROKEN_PIPE = 141
 def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmserde",
-        description="KV-cache serdes: list plugins, inspect them, benchmark them, scrub L2.",
+        description="KV-cache serdes: list plugins, inspect them, benchmark them, scrub L2, "
+                    "manage keyrings.",
     )
     parser.add_argument("--version", action="version", version=f"lmserde {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,6 +46,7 @@ def build_parser(*, with_plugin_commands: bool = True) -> argparse.ArgumentParse
     scrub_command.add_parser(sub)
     new_plugin_command.add_parser(sub)
     bench_command.add_parser(sub)
+    keyring_commands.add_parsers(sub)
     if with_plugin_commands:
         _add_plugin_commands(sub)
     return parser

@@ -7,7 +7,9 @@ bad spec, an adapter that cannot be scrubbed or storage that does not exist (an 
 objects could not be verified for a reason other than their bytes (the adapter could not say
 their size, or ``--decode`` failed: a key service that cannot be reached, more than
 ``--l1-bytes`` needed); they are kept. Objects that are someone else's (another serde config,
-another key, key material this reader lacks) are reported as foreign and never fail the run.
+another key, key material this reader lacks) are reported as foreign and never fail the run;
+``--delete-unkeyed`` removes those whose key the spec's key provider no longer holds (a tenant
+forgotten with ``lmserde tenant forget``, a version retired with ``lmserde keys retire``).
 
 ``--migrate`` rewrites every object written by one of the spec's ``read_also`` configs in its
 current ``serde`` (:mod:`lmserde.l2.serde.migrate`): resumable (objects already in the current
@@ -29,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmserde.cli.exit_codes import EXIT_USAGE
+
 if TYPE_CHECKING:  # imported when the command runs: building the parser must not import torch
     from lmserde.l1.manager import L1Manager
     from lmserde.l2.serde.migrate import MigrateReport
@@ -38,10 +42,28 @@ if TYPE_CHECKING:  # imported when the command runs: building the parser must no
 __all__ = ["add_parser", "run", "EXIT_DAMAGE", "EXIT_UNVERIFIED"]
 
 EXIT_DAMAGE = 1
-EXIT_USAGE = 2
 EXIT_UNVERIFIED = 3
 #: Progress bars are drawn (on a terminal) from this many objects on.
 _PROGRESS_FROM = 256
+
+
+#: The on/off options of ``lmserde scrub``, in the order ``--help`` lists them, with their help.
+_SWITCHES: tuple[tuple[str, str], ...] = (
+    ("--decode", "also decode every object that verifies (slower; catches serde-level damage that "
+                 "a checksum-less authenticated frame leaves to the serde)"),
+    ("--delete", "delete the damaged objects and remove the damaged entries (a directory only when "
+                 "empty; objects of other configs or keys are kept)"),
+    ("--delete-foreign", "also delete the objects that are someone else's (written under another "
+                         "serde config, for another key, or with key material this reader lacks)"),
+    ("--migrate", "rewrite every object written by a 'read_also' config of the spec in its current "
+                  "'serde' (resumable: run again after an interruption; deletes nothing)"),
+    ("--delete-unkeyed", "delete the objects whose key the spec's key provider no longer holds (a "
+                         "forgotten tenant, a retired key version), to reclaim the space of "
+                         "crypto-shredded data; implies --decode. Use it only with the keyring that "
+                         "is the authority for every tenant on this storage: a tenant it never held "
+                         "looks the same as one it forgot"),
+    ("--json", "machine-readable report on stdout"),
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,20 +78,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "bytes (they are kept).")
     p.add_argument("spec", help="adapter spec as JSON text, or @FILE holding it (the same dict as "
                                 "the L2 adapter config, with its 'serde')")
-    p.add_argument("--decode", action="store_true",
-                   help="also decode every object that verifies (slower; catches serde-level "
-                        "damage that a checksum-less authenticated frame leaves to the serde)")
-    p.add_argument("--delete", action="store_true",
-                   help="delete the damaged objects and remove the damaged entries (a directory "
-                        "only when empty; objects of other configs or keys are kept)")
-    p.add_argument("--delete-foreign", action="store_true",
-                   help="also delete the objects that are someone else's (written under another "
-                        "serde config, for another key, or with key material this reader lacks)")
-    p.add_argument("--migrate", action="store_true",
-                   help="rewrite every object written by a 'read_also' config of the spec in "
-                        "its current 'serde' (resumable: run again after an interruption; "
-                        "deletes nothing)")
-    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    for flag, text in _SWITCHES:
+        p.add_argument(flag, action="store_true", help=text)
     p.add_argument("--batch", type=int, default=64, help="objects read per batch (default 64)")
     p.add_argument("--l1-bytes", type=int, default=1 << 30,
                    help="L1 buffer capacity used for decoding (default 1 GiB)")
@@ -136,6 +146,9 @@ def _print_report(report: ScrubReport, as_json: bool) -> None:
         print(f"deleted {report.deleted} damaged objects")
     if report.foreign_deleted:
         print(f"deleted {report.foreign_deleted} objects of other configs or keys")
+    elif report.unkeyed_deleted:
+        print(f"deleted {report.unkeyed_deleted} objects whose key the key provider no longer "
+              "holds (forgotten tenants, retired key versions)")
     elif report.foreign:
         print(f"{len(report.foreign)} objects were written under another serde config, for "
               "another key or with key material this reader lacks: not damage, kept "
@@ -214,6 +227,14 @@ def _walk(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, label: str,
         wrapper.close()
 
 
+def _exit_status(*, damaged: bool, unverified: bool) -> int:
+    """The exit status of a finished scrub or migration (see the module docstring): damage seen
+    wins over objects left unverified (or not migrated)."""
+    if damaged:
+        return EXIT_DAMAGE
+    return EXIT_UNVERIFIED if unverified else 0
+
+
 def _run_migrate(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, limit: int) -> int:
     from lmserde.l2.serde.migrate import migrate_adapter
 
@@ -222,16 +243,14 @@ def _run_migrate(args: argparse.Namespace, wrapper: SerdeL2AdapterWrapper, limit
     if report is None:
         return EXIT_USAGE
     _print_migrate_report(report, args.json)
-    if report.damaged:
-        return EXIT_DAMAGE
-    return EXIT_UNVERIFIED if report.failed else 0
+    return _exit_status(damaged=report.damaged > 0, unverified=bool(report.failed))
 
 
 def run(args: argparse.Namespace) -> int:
     from lmserde.l1.manager import L1Manager
     from lmserde.l2.serde.scrub import DEFAULT_MAX_OBJECT_BYTES, scrub_adapter
 
-    if args.migrate and (args.delete or args.delete_foreign or args.decode):
+    if args.migrate and (args.delete or args.delete_foreign or args.delete_unkeyed or args.decode):
         print("lmserde scrub: --migrate rewrites and never deletes: run --delete, "
               "--delete-foreign or --decode as a separate scrub", file=sys.stderr)
         return EXIT_USAGE
@@ -247,11 +266,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_migrate(args, wrapper, limit)
     report = _walk(args, wrapper, "scrubbing", lambda keys, advance: scrub_adapter(
         wrapper, keys=keys, decode=args.decode, delete=args.delete,
-        delete_foreign=args.delete_foreign, batch=args.batch, on_progress=advance,
-        max_object_bytes=limit))
+        delete_foreign=args.delete_foreign, delete_unkeyed=args.delete_unkeyed, batch=args.batch,
+        on_progress=advance, max_object_bytes=limit))
     if report is None:
         return EXIT_USAGE
     _print_report(report, args.json)
-    if report.found_damage:
-        return EXIT_DAMAGE
-    return EXIT_UNVERIFIED if report.unverified else 0
+    return _exit_status(damaged=report.found_damage, unverified=report.unverified > 0)

@@ -24,6 +24,7 @@ from .contract.head_last import adapter_writes_head_last as adapter_writes_head_
 from .contract.interface import L2AdapterInterface as L2AdapterInterface
 from .contract.interface import L2Listener as L2Listener
 from .contract.interface import L2TaskId as L2TaskId
+from .contract.interface import check_keys_and_objects as check_keys_and_objects
 from .contract.key_pins import KeyPins as KeyPins
 from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter

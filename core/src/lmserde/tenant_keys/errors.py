@@ -6,7 +6,8 @@ message ever contains key material.
 
 from __future__ import annotations
 
-__all__ = ["KeyFileError", "KeyringError", "UnknownTenantError", "UnknownKeyVersionError"]
+__all__ = ["KeyFileError", "KeyringError", "UnknownTenantError", "UnknownKeyVersionError",
+           "RetiredKeyVersionError"]
 
 
 class KeyFileError(ValueError):
@@ -24,3 +25,9 @@ class UnknownTenantError(KeyringError):
 
 class UnknownKeyVersionError(KeyringError):
     """The provider does not hold the requested key version for that tenant."""
+
+
+class RetiredKeyVersionError(UnknownKeyVersionError):
+    """The provider does not hold the requested key version but holds newer ones for that tenant:
+    the version was retired (``lmserde keys retire``), not merely not yet distributed. Objects
+    written with it can never be read again with this provider's keys."""

@@ -1,21 +1,31 @@
-"""Creating key material: new master key files and new keyring versions.
+"""Creating and editing key material: new master key files, keyring versions added, made
+current, retired, and tenants forgotten.
 
 Files are created with mode 0600 and never overwritten in place: a master key file that already
-exists is refused, and a keyring is replaced atomically (written beside it, then renamed).
+exists is refused, and a keyring is replaced atomically (written beside it with mode 0600,
+fsynced, renamed over it, and the directory fsynced), so a process reading it sees the old or the
+new keyring, never a mix. Edits keep the file's kind (plain or wrapped keyring).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
-from lmserde.tenant_keys.errors import KeyFileError
-from lmserde.tenant_keys.keyring import Keyring, parse_keyring
+from lmserde.tenant_keys.errors import KeyFileError, KeyringError
+from lmserde.tenant_keys.keyring import (
+    KEYRING_FORMAT_FIELD,
+    WRAPPED_KEYRING_FORMAT_FIELD,
+    Keyring,
+    parse_keyring,
+)
 from lmserde.tenant_keys.secret_file import read_secret_file
 
 __all__ = [
     "MASTER_KEY_BYTES", "write_master_key", "add_keyring_version", "set_keyring_current",
+    "read_keyring_file", "edit_keyring_file", "forget_tenant", "retire_key_versions",
 ]
 
 MASTER_KEY_BYTES = 32
@@ -50,6 +60,71 @@ def _replace_private(path: Path, data: bytes) -> None:
     except OSError as exc:
         staging.unlink(missing_ok=True)
         raise KeyFileError(f"cannot write keyring file {path}: {exc.strerror or exc}") from None
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_keyring_file(path: str | os.PathLike[str]) -> Keyring:
+    """The keyring (plain or wrapped) in ``path``; ``KeyFileError``/``KeyringError`` if unusable."""
+    p = Path(path)
+    return parse_keyring(read_secret_file(p, what="keyring file"), source=str(p),
+                         formats=(KEYRING_FORMAT_FIELD, WRAPPED_KEYRING_FORMAT_FIELD))
+
+
+def edit_keyring_file(
+    path: str | os.PathLike[str], edit: Callable[[Keyring], Keyring], *,
+    create: str | None = None,
+) -> Keyring:
+    """Replace the keyring in ``path`` by ``edit(keyring)`` atomically (mode 0600, same kind) and
+    return the new keyring. Whatever ``edit`` raises leaves the file as it was. A missing file is
+    an error unless ``create`` names the kind (format field) of the empty keyring to start from.
+    """
+    p = Path(path)
+    if create is not None and not p.exists():
+        keyring = Keyring(format_field=create)
+    else:
+        keyring = read_keyring_file(p)
+    updated = edit(keyring)
+    _replace_private(p, updated.dumps())
+    return updated
+
+
+def forget_tenant(path: str | os.PathLike[str], tenant: str) -> None:
+    """Remove every key of ``tenant`` from the keyring ``path`` (crypto-shredding);
+    ``UnknownTenantError`` if it holds none."""
+    edit_keyring_file(path, lambda keyring: keyring.without_tenant(tenant))
+
+
+def retire_key_versions(
+    path: str | os.PathLike[str], tenant: str, *, versions: tuple[int, ...] = (),
+    before: int | None = None,
+) -> tuple[int, ...]:
+    """Remove ``versions`` of ``tenant`` (and, with ``before``, every version below it) from the
+    keyring ``path``; return the versions removed. The current version is never removed
+    (``KeyringError``: rotate first)."""
+    removed: list[int] = []
+
+    def edit(keyring: Keyring) -> Keyring:
+        held = keyring.tenant(tenant).secrets
+        chosen = set(versions) | ({v for v in held if v < before} if before is not None else set())
+        removed.extend(sorted(chosen))
+        return keyring.without_versions(tenant, chosen)
+
+    edit_keyring_file(path, edit)
+    return tuple(removed)
 
 
 def write_master_key(path: str | os.PathLike[str]) -> Path:
@@ -81,20 +156,20 @@ def add_keyring_version(
     (decrypts, but is not used for writing) so it can reach every server before a later
     ``activate`` switch. The file is replaced atomically with mode 0600.
     """
-    p = Path(path)
-    if p.exists():
-        keyring = parse_keyring(read_secret_file(p, what="keyring file"), source=str(p))
-    else:
-        keyring = Keyring()
-    updated = keyring.with_new_version(
-        tenant, secrets.token_bytes(MASTER_KEY_BYTES), activate=activate
-    )
-    _replace_private(p, updated.dumps())
+    def edit(keyring: Keyring) -> Keyring:
+        if keyring.wrapped:
+            raise KeyringError(
+                f"keyring {path} holds wrapped keys: new versions come from its key management "
+                "service (`lmserde kms rotate`), not from local random bytes"
+            )
+        return keyring.with_new_version(
+            tenant, secrets.token_bytes(MASTER_KEY_BYTES), activate=activate
+        )
+
+    updated = edit_keyring_file(path, edit, create=KEYRING_FORMAT_FIELD)
     return max(updated.tenant(tenant).secrets)
 
 
 def set_keyring_current(path: str | os.PathLike[str], tenant: str, version: int) -> None:
     """Make the existing ``version`` the one ``tenant``'s new frames use (atomic rewrite)."""
-    p = Path(path)
-    keyring = parse_keyring(read_secret_file(p, what="keyring file"), source=str(p))
-    _replace_private(p, keyring.with_current(tenant, version).dumps())
+    edit_keyring_file(path, lambda keyring: keyring.with_current(tenant, version))

@@ -17,6 +17,12 @@ versions stay listed so that frames written with them still decrypt. Version 0 i
 ``hkdf`` provider writes: a keyring whose tenants hold the old master key as version 0 reads
 everything that provider wrote. Error messages name the file, tenant and version but never print
 key material.
+
+A *wrapped keyring* has the same layout under the format member ``"lmserde_wrapped_keyring": 1``:
+its entries are root secrets wrapped by a key management service (opaque bytes to this module,
+unwrapped by the provider that reads it, e.g. ``lmserde-kms``). The editing functions
+(:mod:`lmserde.tenant_keys.key_files`: forget a tenant, retire versions) work on both kinds and keep
+the kind of the file; each provider reads only its own kind.
 """
 
 from __future__ import annotations
@@ -24,19 +30,29 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from lmserde.tenant_keys.errors import KeyringError, UnknownKeyVersionError, UnknownTenantError
+from lmserde.tenant_keys.errors import (
+    KeyringError,
+    RetiredKeyVersionError,
+    UnknownKeyVersionError,
+    UnknownTenantError,
+)
 from lmserde.tenant_keys.provider import MAX_KEY_VERSION
 from lmserde.tenant_keys.secret_file import MIN_MASTER_KEY_BYTES
 
-__all__ = ["KEYRING_FORMAT_VERSION", "TenantKeys", "Keyring", "parse_keyring", "check_tenant_name"]
+__all__ = ["KEYRING_FORMAT_VERSION", "KEYRING_FORMAT_FIELD", "WRAPPED_KEYRING_FORMAT_FIELD",
+           "TenantKeys", "Keyring", "parse_keyring", "check_tenant_name"]
 
 KEYRING_FORMAT_VERSION = 1
-_FORMAT_FIELD = "lmserde_aesgcm_keyring"
+#: The format member of a keyring of plain root secrets.
+KEYRING_FORMAT_FIELD = "lmserde_aesgcm_keyring"
+#: The format member of a keyring whose entries are wrapped by a key management service.
+WRAPPED_KEYRING_FORMAT_FIELD = "lmserde_wrapped_keyring"
+_FORMAT_FIELDS = (KEYRING_FORMAT_FIELD, WRAPPED_KEYRING_FORMAT_FIELD)
 _MAX_TENANT_LEN = 128
 _FORBIDDEN_TENANT_CHARS = "@/\\\x00"
 
@@ -68,15 +84,25 @@ class TenantKeys:
 
 @dataclass(frozen=True)
 class Keyring:
-    """An immutable keyring: tenant -> :class:`TenantKeys`."""
+    """An immutable keyring: tenant -> :class:`TenantKeys`; ``format_field`` says whether its
+    entries are plain root secrets (:data:`KEYRING_FORMAT_FIELD`) or wrapped ones
+    (:data:`WRAPPED_KEYRING_FORMAT_FIELD`). Every edit returns a copy of the same kind."""
 
     tenants: Mapping[str, TenantKeys] = field(default_factory=dict)
+    format_field: str = KEYRING_FORMAT_FIELD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
+        if self.format_field not in _FORMAT_FIELDS:
+            raise KeyringError(f"unknown keyring kind {self.format_field!r}")
 
     def __repr__(self) -> str:
         return f"Keyring(tenants={len(self.tenants)})"
+
+    @property
+    def wrapped(self) -> bool:
+        """Whether the entries are wrapped by a key management service (not plain secrets)."""
+        return self.format_field == WRAPPED_KEYRING_FORMAT_FIELD
 
     def tenant(self, tenant: str) -> TenantKeys:
         """The keys of ``tenant``; ``UnknownTenantError`` if the keyring has none."""
@@ -96,6 +122,11 @@ class Keyring:
             return keys.secrets[version]
         except KeyError:
             known = ", ".join(str(v) for v in sorted(keys.secrets))
+            if version < max(keys.secrets):
+                raise RetiredKeyVersionError(
+                    f"the keyring holds no key version {version} for tenant {tenant!r} (known "
+                    f"versions: {known}): older than the versions it holds, so retired"
+                ) from None
             raise UnknownKeyVersionError(
                 f"the keyring holds no key version {version} for tenant {tenant!r} "
                 f"(known versions: {known}); the frame was written with a key that has been "
@@ -119,7 +150,7 @@ class Keyring:
             updated = TenantKeys(current=version if activate else old.current, secrets=secrets)
         tenants = dict(self.tenants)
         tenants[tenant] = updated
-        return Keyring(tenants)
+        return replace(self, tenants=tenants)
 
     def with_current(self, tenant: str, version: int) -> Keyring:
         """A copy whose ``tenant`` writes new frames with the existing ``version``."""
@@ -127,12 +158,39 @@ class Keyring:
         self.secret(tenant, version)
         tenants = dict(self.tenants)
         tenants[tenant] = TenantKeys(current=version, secrets=keys.secrets)
-        return Keyring(tenants)
+        return replace(self, tenants=tenants)
+
+    def without_tenant(self, tenant: str) -> Keyring:
+        """A copy without any key of ``tenant`` (crypto-shredding: once no copy of the old
+        keyring is left, nothing can decrypt the tenant's frames); ``UnknownTenantError`` if the
+        keyring holds none."""
+        self.tenant(tenant)
+        return replace(self, tenants={n: k for n, k in self.tenants.items() if n != tenant})
+
+    def without_versions(self, tenant: str, versions: Iterable[int]) -> Keyring:
+        """A copy in which ``tenant`` no longer holds ``versions`` (retired: frames written with
+        them stop decrypting). ``UnknownKeyVersionError`` for a version it does not hold,
+        ``KeyringError`` for the current version (rotate first) or an empty selection."""
+        keys = self.tenant(tenant)
+        doomed = set(versions)
+        if not doomed:
+            raise KeyringError(f"tenant {tenant!r}: no key version selected to retire")
+        for version in sorted(doomed):
+            self.secret(tenant, version)
+        if keys.current in doomed:
+            raise KeyringError(
+                f"tenant {tenant!r}: key version {keys.current} is the one new frames use; "
+                "rotate (`lmserde keys rotate`) before retiring it, or forget the tenant"
+            )
+        kept = {v: s for v, s in keys.secrets.items() if v not in doomed}
+        tenants = dict(self.tenants)
+        tenants[tenant] = TenantKeys(current=keys.current, secrets=kept)
+        return replace(self, tenants=tenants)
 
     def dumps(self) -> bytes:
         """The keyring as file contents (UTF-8 JSON)."""
         doc: dict[str, Any] = {
-            _FORMAT_FIELD: KEYRING_FORMAT_VERSION,
+            self.format_field: KEYRING_FORMAT_VERSION,
             "tenants": {
                 name: {
                     "current": keys.current,
@@ -203,8 +261,14 @@ def _parse_tenant(name: str, entry: Any, *, where: str) -> TenantKeys:
     return TenantKeys(current=current, secrets=secrets)
 
 
-def parse_keyring(data: bytes, *, source: str = "keyring") -> Keyring:
-    """Parse keyring file contents; ``KeyringError`` naming ``source`` for anything malformed."""
+def parse_keyring(
+    data: bytes, *, source: str = "keyring", formats: Iterable[str] = (KEYRING_FORMAT_FIELD,)
+) -> Keyring:
+    """Parse keyring file contents; ``KeyringError`` naming ``source`` for anything malformed.
+
+    ``formats`` are the kinds accepted (default: plain keyrings only; pass
+    :data:`WRAPPED_KEYRING_FORMAT_FIELD` for wrapped ones, both to edit either)."""
+    accepted = tuple(formats)
     try:
         doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except KeyringError as exc:
@@ -213,14 +277,15 @@ def parse_keyring(data: bytes, *, source: str = "keyring") -> Keyring:
         # The position is safe to report; the text around it could be a secret.
         pos = getattr(exc, "pos", None) or getattr(exc, "start", "?")
         raise KeyringError(f"keyring {source}: not UTF-8 JSON (error at byte/char {pos})") from None
-    if not isinstance(doc, dict) or doc.get(_FORMAT_FIELD) != KEYRING_FORMAT_VERSION:
+    kind = next((f for f in accepted if isinstance(doc, dict) and f in doc), accepted[0])
+    if not isinstance(doc, dict) or doc.get(kind) != KEYRING_FORMAT_VERSION:
         raise KeyringError(
             f"keyring {source}: expected a JSON object with "
-            f"\"{_FORMAT_FIELD}\": {KEYRING_FORMAT_VERSION}"
+            f"\"{kind}\": {KEYRING_FORMAT_VERSION}"
         )
-    if set(doc) != {_FORMAT_FIELD, "tenants"} or not isinstance(doc["tenants"], dict):
+    if set(doc) != {kind, "tenants"} or not isinstance(doc["tenants"], dict):
         raise KeyringError(
-            f"keyring {source}: expected exactly the members '{_FORMAT_FIELD}' and 'tenants' "
+            f"keyring {source}: expected exactly the members '{kind}' and 'tenants' "
             "(an object of tenant -> keys)"
         )
     tenants: dict[str, TenantKeys] = {}
@@ -228,4 +293,4 @@ def parse_keyring(data: bytes, *, source: str = "keyring") -> Keyring:
         where = f"keyring {source}: tenant {name!r}: "
         check_tenant_name(name, where=f"keyring {source}: ")
         tenants[name] = _parse_tenant(name, entry, where=where)
-    return Keyring(tenants)
+    return Keyring(tenants, format_field=kind)

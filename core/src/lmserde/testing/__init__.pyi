@@ -23,12 +23,17 @@ from .kit import SerdeConformance as SerdeConformance
 from .kit import random_object as random_object
 from .kit import wait_for_result as wait_for_result
 from .loopback_server import LOOPBACK_HOST as LOOPBACK_HOST
+from .loopback_server import LoopbackChildServer as LoopbackChildServer
 from .loopback_server import free_loopback_port as free_loopback_port
 from .loopback_server import kill_child as kill_child
 from .loopback_server import log_tail as log_tail
 from .loopback_server import start_child as start_child
 from .loopback_server import stop_child as stop_child
 from .loopback_server import wait_until as wait_until
+from .moto_server import TEST_CREDENTIALS as TEST_CREDENTIALS
+from .moto_server import LocalMotoServer as LocalMotoServer
+from .moto_server import MotoNotInstalledError as MotoNotInstalledError
+from .moto_server import use_test_aws_environment as use_test_aws_environment
 from .slow_network import TimedTask as TimedTask
 from .slow_network import TrickleProxy as TrickleProxy
 from .slow_network import frozen_process as frozen_process

@@ -3,8 +3,9 @@
 The pieces every local test server needs, whatever it serves (``redis-server``, moto's S3): a free
 port on ``127.0.0.1``, a bounded wait until the server answers, a child process in its own session
 (so a test can kill it like a crashed service), and a bounded stop (a polite request, SIGTERM, then
-SIGKILL). Each server class (``lmserde_redis.local_server``, ``lmserde_s3.local_server``) keeps
-its own command line and readiness probe.
+SIGKILL), and :class:`LoopbackChildServer`, the base a server class builds on (its process
+state and the context-manager protocol). Each server class (``lmserde_redis.local_server``,
+``lmserde_s3.local_server``) keeps its own command line, readiness probe, stop and kill.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import signal
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
-__all__ = ["LOOPBACK_HOST", "free_loopback_port", "kill_child", "log_tail", "start_child",
-           "stop_child", "wait_until"]
+__all__ = ["LOOPBACK_HOST", "LoopbackChildServer", "free_loopback_port", "kill_child", "log_tail",
+           "start_child", "stop_child", "wait_until"]
 
 LOOPBACK_HOST = "127.0.0.1"
 
@@ -110,3 +112,42 @@ def stop_child(process: subprocess.Popen[Any], *, grace_s: float = 5.0,
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=grace_s)
+
+
+_Server = TypeVar("_Server", bound="LoopbackChildServer")
+
+
+class LoopbackChildServer(ABC):
+    """A server on ``127.0.0.1:port`` run as one child process (``_process``, set by
+    :meth:`start`); a context manager (``with`` starts it and closes it).
+
+    Subclasses implement :meth:`start` (start or restart the child, wait until it answers,
+    return ``self``) and :meth:`close` (stop it and release what the server owns; idempotent).
+    """
+
+    port: int
+    _process: subprocess.Popen[Any] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the child process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs, else ``None``."""
+        return self._process.pid if self.running and self._process else None
+
+    @abstractmethod
+    def start(self: _Server) -> _Server:
+        """Start (or restart) the server and wait until it answers; ``self``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the server and release what it owns; idempotent."""
+
+    def __enter__(self: _Server) -> _Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

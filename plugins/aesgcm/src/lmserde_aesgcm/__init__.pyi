@@ -19,6 +19,7 @@ from .errors import KeyUnavailableError as KeyUnavailableError
 from .errors import UnattributedAuthenticationError as UnattributedAuthenticationError
 from .errors import UnknownKeyVersionError as UnknownKeyVersionError
 from .errors import UnknownTenantError as UnknownTenantError
+from .errors import WithdrawnKeyError as WithdrawnKeyError
 from .hkdf_provider import HKDF_KEY_VERSION as HKDF_KEY_VERSION
 from .hkdf_provider import HkdfKeyProvider as HkdfKeyProvider
 from .key_derivation import INFO_PREFIX as INFO_PREFIX

@@ -10,6 +10,7 @@ normative description.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -89,16 +90,22 @@ class BoundHeader(Protocol):
 
 
 class BoundHeaderBase:
-    """Base of the header classes: the sizes every bound header derives from its fields.
+    """Base of the header classes (frozen dataclasses): what every bound header derives from
+    its fields, and its packing.
 
-    A subclass sets the class attributes ``version`` and ``header_len`` and has the fields
-    ``suite`` and ``plaintext_length``.
+    A subclass sets the class attributes ``version``, ``header_len`` and ``layout`` (the
+    ``struct`` of the header: the version byte, then one item per dataclass field in declaration
+    order) and has at least the fields ``suite``, ``key_version``, ``plaintext_length`` and
+    ``iv``; :meth:`check_own_fields` checks the fields its version adds.
     """
 
     version: ClassVar[int]
     header_len: ClassVar[int]
+    layout: ClassVar[struct.Struct]
     suite: int
+    key_version: int
     plaintext_length: int
+    iv: bytes
 
     @property
     def key_len(self) -> int:
@@ -110,7 +117,30 @@ class BoundHeaderBase:
         """The size of the whole frame: header, ciphertext and tag."""
         return self.header_len + self.plaintext_length + TAG_LEN
 
+    def check_own_fields(self) -> None:
+        """``ValueError`` for an out-of-range field this version adds (none by default)."""
 
+    def pack(self) -> bytes:
+        """The header bytes; ``ValueError`` (``FrameFormatError`` for an unknown suite) for
+        out-of-range fields."""
+        check_fields(self.suite, self.key_version, self.plaintext_length, self.iv)
+        self.check_own_fields()
+        values = (getattr(self, f.name) for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return self.layout.pack(self.version, *values)
+
+    @classmethod
+    def unpack(cls: type[_Base], frame: memoryview) -> _Base:
+        """Parse the header at the start of ``frame``; ``FrameFormatError`` if it is not one."""
+        return cls(*unpack_fields(cls.layout, cls.version, frame))
+
+    @classmethod
+    def read(cls: type[_Base], frame: memoryview, plaintext_len: int) -> _Base:
+        """Parse and check the header of a frame that must decrypt to ``plaintext_len`` bytes;
+        ``FrameFormatError`` for a wrong length or a truncated frame (:func:`check_read`)."""
+        return check_read(cls.unpack(frame), frame, plaintext_len)
+
+
+_Base = TypeVar("_Base", bound=BoundHeaderBase)
 _Header = TypeVar("_Header", bound=BoundHeader)
 
 

@@ -39,6 +39,12 @@ class CipherCache:
     The provider is asked for a root secret only on a miss; the AES key is derived with HKDF
     (see ``key_derivation``) and the key id computed (``key_identity``) once, with it, so
     neither costs anything per frame. Thread-safe; the provider is called outside the lock.
+
+    Every lookup compares the provider's :meth:`~lmserde.tenant_keys.KeyProvider.key_generation`
+    with the one the entries were derived under and drops them all when it changed (a reloaded
+    keyring, an expired KMS entry): a forgotten tenant or retired version stops decrypting here
+    as soon as the provider stops serving it. An entry derived while the generation changed is
+    used for that one frame and not kept.
     """
 
     def __init__(self, provider: KeyProvider, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -48,6 +54,7 @@ class CipherCache:
         self._capacity = capacity
         self._lock = threading.Lock()
         self._entries: OrderedDict[_CacheKey, CipherEntry] = OrderedDict()
+        self._generation = provider.key_generation()
 
     @property
     def provider(self) -> KeyProvider:
@@ -79,7 +86,11 @@ class CipherCache:
     def entry(self, tenant: str, version: int, key_len: int) -> CipherEntry:
         """The AEAD and key id for ``tenant`` at ``version`` with a ``key_len``-byte key."""
         cache_key = (tenant, version, key_len)
+        generation = self._provider.key_generation()
         with self._lock:
+            if generation != self._generation:
+                self._entries.clear()
+                self._generation = generation
             entry = self._entries.get(cache_key)
             if entry is not None:
                 self._entries.move_to_end(cache_key)
@@ -94,6 +105,8 @@ class CipherCache:
         entry = CipherEntry(AESGCM(derive_key(secret, tenant, key_len)),
                             key_id(secret, tenant, version))
         with self._lock:
+            if self._generation != generation:  # the keys changed meanwhile: do not keep it
+                return entry
             self._entries[cache_key] = entry
             self._entries.move_to_end(cache_key)
             while len(self._entries) > self._capacity:

@@ -21,7 +21,7 @@ No message ever contains key material (key ids are one-way fingerprints, see ``k
 from __future__ import annotations
 
 from cryptography.exceptions import InvalidTag
-from lmserde import ForeignObjectError
+from lmserde import ForeignObjectError, UnkeyedObjectError
 from lmserde.tenant_keys import (
     KeyFileError,
     KeyringError,
@@ -41,6 +41,7 @@ __all__ = [
     "ForeignKeyError",
     "KeyMismatchError",
     "UnattributedAuthenticationError",
+    "WithdrawnKeyError",
 ]
 
 
@@ -101,3 +102,11 @@ class UnattributedAuthenticationError(ForeignKeyError, InvalidTag):
     damaged bytes look the same to the serde, so this is a :class:`ForeignKeyError` (kept, a
     miss); for version 1 the stored-object frame's payload checksum, which the serde wrapper
     confirms first, is what catches damage. Also an ``InvalidTag``."""
+
+
+class WithdrawnKeyError(ForeignKeyError, UnkeyedObjectError):
+    """The key provider no longer holds (or never held) the key material of the frame: its tenant
+    (``UnknownTenantError``: forgotten with ``lmserde tenant forget``, or never given to this
+    reader) or its key version (``RetiredKeyVersionError``: retired with ``lmserde keys
+    retire``). Kept and a miss like every :class:`ForeignKeyError`; the wrapper reports it under
+    reason ``unkeyed``, which ``lmserde scrub --delete-unkeyed`` deletes."""

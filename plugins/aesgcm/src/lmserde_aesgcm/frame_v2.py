@@ -47,25 +47,9 @@ from lmserde_aesgcm.bound_frame import (
     suite_for_key_len,
 )
 
-__all__ = [
-    "VERSION",
-    "IV_LEN",
-    "TAG_LEN",
-    "HEADER_LEN",
-    "OVERHEAD",
-    "SUITE_AES_128_GCM",
-    "SUITE_AES_256_GCM",
-    "SUITE_KEY_LEN",
-    "MAX_KEY_VERSION",
-    "MAX_PLAINTEXT_LEN",
-    "ObjectKeyLike",
-    "FrameV2Header",
-    "suite_for_key_len",
-    "associated_data",
-    "read_header",
-    "seal_into",
-    "open_into",
-]
+__all__ = ["VERSION", "IV_LEN", "TAG_LEN", "HEADER_LEN", "OVERHEAD", "SUITE_AES_128_GCM",
+           "SUITE_AES_256_GCM", "SUITE_KEY_LEN", "MAX_KEY_VERSION", "MAX_PLAINTEXT_LEN", "ObjectKeyLike",
+           "FrameV2Header", "suite_for_key_len", "associated_data", "read_header", "seal_into", "open_into"]
 
 VERSION = 2
 _HEADER = struct.Struct(f">BBIQ{IV_LEN}s")
@@ -79,27 +63,15 @@ class FrameV2Header(bound_frame.BoundHeaderBase):
 
     version: ClassVar[int] = VERSION
     header_len: ClassVar[int] = HEADER_LEN
+    layout: ClassVar[struct.Struct] = _HEADER
 
     suite: int
     key_version: int
     plaintext_length: int
     iv: bytes
 
-    def pack(self) -> bytes:
-        """The header bytes; ``ValueError`` for out-of-range fields."""
-        bound_frame.check_fields(self.suite, self.key_version, self.plaintext_length, self.iv)
-        return _HEADER.pack(VERSION, self.suite, self.key_version, self.plaintext_length, self.iv)
-
-    @classmethod
-    def unpack(cls, frame: memoryview) -> FrameV2Header:
-        """Parse the header at the start of ``frame``; ``FrameFormatError`` if it is not one."""
-        suite, key_version, plaintext_length, iv = bound_frame.unpack_fields(
-            _HEADER, VERSION, frame
-        )
-        return cls(suite, key_version, plaintext_length, iv)
-
 
 def read_header(frame: memoryview, plaintext_len: int) -> FrameV2Header:
     """Parse and check the header of a version-2 frame that must decrypt to ``plaintext_len``
     bytes; ``FrameFormatError`` for a wrong length or a truncated frame."""
-    return bound_frame.check_read(FrameV2Header.unpack(frame), frame, plaintext_len)
+    return FrameV2Header.read(frame, plaintext_len)

@@ -44,6 +44,7 @@ class FrameV3Header(bound_frame.BoundHeaderBase):
 
     version: ClassVar[int] = VERSION
     header_len: ClassVar[int] = HEADER_LEN
+    layout: ClassVar[struct.Struct] = _HEADER
 
     suite: int
     key_version: int
@@ -51,25 +52,14 @@ class FrameV3Header(bound_frame.BoundHeaderBase):
     plaintext_length: int
     iv: bytes
 
-    def pack(self) -> bytes:
-        """The header bytes; ``ValueError`` for out-of-range fields."""
-        bound_frame.check_fields(self.suite, self.key_version, self.plaintext_length, self.iv)
+    def check_own_fields(self) -> None:
+        """``ValueError`` unless the key id has its fixed length."""
         if len(self.key_id) != KEY_ID_LEN:
             raise ValueError(
                 f"aesgcm serde: key id must be {KEY_ID_LEN} bytes, got {len(self.key_id)}")
-        return _HEADER.pack(VERSION, self.suite, self.key_version, self.key_id,
-                            self.plaintext_length, self.iv)
-
-    @classmethod
-    def unpack(cls, frame: memoryview) -> FrameV3Header:
-        """Parse the header at the start of ``frame``; ``FrameFormatError`` if it is not one."""
-        suite, key_version, kid, plaintext_length, iv = bound_frame.unpack_fields(
-            _HEADER, VERSION, frame
-        )
-        return cls(suite, key_version, kid, plaintext_length, iv)
 
 
 def read_header(frame: memoryview, plaintext_len: int) -> FrameV3Header:
     """Parse and check the header of a version-3 frame that must decrypt to ``plaintext_len``
     bytes; ``FrameFormatError`` for a wrong length or a truncated frame."""
-    return bound_frame.check_read(FrameV3Header.unpack(frame), frame, plaintext_len)
+    return FrameV3Header.read(frame, plaintext_len)

@@ -11,7 +11,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from lmserde import Deserializer, MemoryLayoutDesc, MemoryObj, ObjectKey, Serializer
-from lmserde.tenant_keys import KeyProvider
+from lmserde.tenant_keys import KeyProvider, key_withdrawn
 
 from lmserde_aesgcm import frame_v1, frame_v2, frame_v3
 from lmserde_aesgcm.cipher_cache import CipherCache, CipherEntry
@@ -24,6 +24,7 @@ from lmserde_aesgcm.errors import (
     UnattributedAuthenticationError,
     UnknownKeyVersionError,
     UnknownTenantError,
+    WithdrawnKeyError,
 )
 
 __all__ = [
@@ -155,7 +156,9 @@ class AesGcmDeserializer(Deserializer):
       else's: kept, a miss): a tenant or key version the provider does not hold, a version-3 key
       id that is not this reader's (``KeyMismatchError``, before any decryption), or an
       authentication failure of a frame that names no key identity (versions 1 and 2:
-      ``UnattributedAuthenticationError``). For version 1 that is sound and loses nothing: a
+      ``UnattributedAuthenticationError``). A tenant the provider does not hold, or a version it
+      retired, is the subclass ``WithdrawnKeyError`` (also an ``lmserde.UnkeyedObjectError``:
+      reason ``unkeyed``). For version 1 that is sound and loses nothing: a
       framed version-1 object carries the stored-object frame's payload checksum (version 1
       does not ``authenticates_output``), which the serde wrapper confirms before it weighs this
       error (a mismatch is ``checksum`` damage, deleted); bytes that are exactly what their
@@ -235,14 +238,15 @@ class AesGcmDeserializer(Deserializer):
             current = self._ciphers.current(tenant) if version is None else version
             return self._ciphers.entry(tenant, current, key_len)
         except UnknownTenantError as exc:
-            raise ForeignKeyError(
+            raise WithdrawnKeyError(
                 f"aesgcm serde: key provider {self._ciphers.provider.describe()} holds no key "
                 f"for tenant {tenant!r}: the object was written with key material this reader "
                 f"does not hold (left in place): {exc}") from exc
         except UnknownKeyVersionError as exc:
             if version is None:  # the provider's own current version: not the bytes' doing
                 raise self._unavailable(tenant, exc) from exc
-            raise ForeignKeyError(
+            foreign = WithdrawnKeyError if key_withdrawn(exc) else ForeignKeyError
+            raise foreign(
                 f"aesgcm serde: the frame names key version {version} of tenant {tenant!r}, "
                 f"which key provider {self._ciphers.provider.describe()} does not hold: "
                 f"written with key material this reader does not hold (left in place): {exc}"

@@ -15,7 +15,7 @@ from lmserde import (
     close_timeout_option,
     max_workers_option,
 )
-from lmserde.tenant_keys import KeyProvider, KeyringKeyProvider
+from lmserde.tenant_keys import DEFAULT_RELOAD_INTERVAL_S, KeyProvider, KeyringKeyProvider
 
 from lmserde_aesgcm.cipher_cache import CipherCache
 from lmserde_aesgcm.errors import KeyProviderError
@@ -52,6 +52,11 @@ def _check_provider_name(value: str) -> None:
         raise ValueError("key_provider must be a non-empty provider name (e.g. 'hkdf')")
 
 
+def _check_reload_interval(value: float) -> None:
+    if not 0 <= value <= 86400:
+        raise ValueError(f"keyring_reload_interval_s must be in [0, 86400] seconds, got {value}")
+
+
 def _check_provider_options(value: Any) -> None:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ValueError(
@@ -79,6 +84,10 @@ OPTIONS: tuple[SerdeOption, ...] = (
                 identity=False),
     SerdeOption("keyring_path", str, "",
                 "keyring: JSON keyring file (owner-only permissions)", identity=False),
+    SerdeOption("keyring_reload_interval_s", float, DEFAULT_RELOAD_INTERVAL_S,
+                "keyring: seconds between looks at the keyring file; a changed file (rotated, "
+                "retired, forgotten keys) is re-read in the background, 0 reads it once",
+                check=_check_reload_interval, identity=False),
     SerdeOption("key_provider_options", object, {},
                 "options passed to a hook plugin's key provider", check=_check_provider_options,
                 identity=False),
@@ -103,28 +112,30 @@ def _refuse_unused(opts: Mapping[str, Any], provider: str, *names: str) -> None:
             )
 
 
+def _required_path(opts: Mapping[str, Any], provider: str, option: str, how: str) -> str:
+    """The path option ``option`` that key_provider ``provider`` needs; ``KeyProviderError``
+    saying ``how`` to create the file when it is unset or empty."""
+    path = str(opts.get(option, ""))
+    if not path:
+        raise KeyProviderError(f"aesgcm serde '{provider}' requires '{option}' ({how})")
+    return path
+
+
 def build_key_provider(opts: Mapping[str, Any]) -> KeyProvider:
     """The key provider that validated options ``opts`` select."""
     name = str(opts.get("key_provider", "hkdf"))
     insecure = bool(opts.get("allow_insecure_key_permissions", False))
     if name == "hkdf":
         _refuse_unused(opts, name, "keyring_path", "key_provider_options")
-        path = str(opts.get("master_key_path", ""))
-        if not path:
-            raise KeyProviderError(
-                "aesgcm serde 'hkdf' requires 'master_key_path' (create a key with "
-                "`lmserde keygen PATH`)"
-            )
+        path = _required_path(opts, name, "master_key_path", "create a key with `lmserde keygen PATH`")
         return HkdfKeyProvider.from_file(path, allow_insecure_permissions=insecure)
     if name == "keyring":
         _refuse_unused(opts, name, "master_key_path", "key_provider_options")
-        path = str(opts.get("keyring_path", ""))
-        if not path:
-            raise KeyProviderError(
-                "aesgcm serde 'keyring' requires 'keyring_path' (create one with "
-                "`lmserde keygen --keyring PATH --tenant NAME`)"
-            )
-        return KeyringKeyProvider.from_file(path, allow_insecure_permissions=insecure)
+        path = _required_path(opts, name, "keyring_path",
+                              "create one with `lmserde keygen --keyring PATH --tenant NAME`")
+        interval = float(opts.get("keyring_reload_interval_s", DEFAULT_RELOAD_INTERVAL_S))
+        return KeyringKeyProvider.from_file(path, allow_insecure_permissions=insecure,
+                                            reload_interval_s=interval)
     _refuse_unused(opts, name, "master_key_path", "keyring_path")
     return resolve_key_provider(name, opts.get("key_provider_options") or {})
 

@@ -47,6 +47,7 @@ __all__ = [
     "ChunkedRun",
     "chunk_for",
     "copy_and_crc32",
+    "crc32_of_runs",
     "crc32_at",
     "shared_pool",
 ]
@@ -156,6 +157,25 @@ class ChunkedRun:
         for value, (a, b) in zip(self.values(), self.bounds):
             crc = crc32_combine(crc, value, b - a)
         return crc
+
+
+def crc32_of_runs(first: ChunkedRun, second: ChunkedRun, pool: Executor | None, helpers: int, *,
+                  between: Callable[[], None] | None = None) -> int:
+    """Run two payload parts with helpers, ``first`` then ``second``, and return the CRC-32 of
+    their bytes in that order. ``between`` runs on this thread after ``first``'s helpers started
+    and before ``second``'s (what ``second``'s jobs need and ``first``'s do not: the V scale).
+    Whatever fails, both runs are cancelled and waited for before the error propagates, so no
+    helper goes on reading or writing the caller's buffers."""
+    try:
+        first.start_helpers(pool, helpers)
+        if between is not None:
+            between()
+        second.start_helpers(pool, helpers)
+        return second.crc32(first.crc32())
+    except BaseException:
+        first.cancel()
+        second.cancel()
+        raise
 
 
 def crc32_at(address: int, nbytes: int) -> int:

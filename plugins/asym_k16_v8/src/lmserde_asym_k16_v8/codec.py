@@ -20,6 +20,7 @@ from lmserde_asym_k16_v8.chunked import (
     chunk_for,
     copy_and_crc32,
     crc32_at,
+    crc32_of_runs,
     shared_pool,
 )
 from lmserde_asym_k16_v8.crc32 import crc32_combine
@@ -85,26 +86,10 @@ def _check_cpu(t: torch.Tensor, what: str) -> None:
         raise ValueError(f"asym_k16_v8: {what} must be a CPU tensor, got device {t.device}")
 
 
-@lru_cache(maxsize=256)
-def _blob_header(
-    k_dtype: torch.dtype,
-    v_dtype: torch.dtype,
-    scale_dtype: torch.dtype,
-    k_len: int,
-    v_len: int,
-    scale_len: int,
-    scope: ScaleScope,
-) -> EncodedKVHeader:
-    # One instance per layout, so its length and packed bytes are computed once.
-    return EncodedKVHeader(
-        k_dtype=k_dtype,
-        v_dtype=v_dtype,
-        scale_dtype=scale_dtype,
-        k_payload_len=k_len,
-        v_payload_len=v_len,
-        scale_payload_len=scale_len,
-        scale_scope=scope,
-    )
+#: The header of a blob layout, built from the first seven :class:`EncodedKVHeader` fields (in
+#: their order: K, V and scale dtypes, K, V and scale payload lengths, scale scope). One instance
+#: per layout, so its length and packed bytes are computed once.
+_blob_header = lru_cache(maxsize=256)(EncodedKVHeader)
 
 
 @dataclass(frozen=True)
@@ -209,15 +194,12 @@ class AsymCodec:
         k_run = ChunkedRun(lambda a, b: copy_and_crc32(base + hlen + a, k_addr + a, b - a),
                            header.k_payload_len, CHUNK_BYTES)
         v_run = ChunkedRun(encode_v, header.v_payload_len, chunk_for(header.v_payload_len, helpers))
-        try:
-            k_run.start_helpers(pool, helpers)
+
+        def find_scale() -> None:
+            nonlocal scale
             scale = scale_for_absmax(finite_absmax(v_flat), self.fp8_dtype)
-            v_run.start_helpers(pool, helpers)
-            crc = v_run.crc32(k_run.crc32())
-        except BaseException:
-            k_run.cancel()  # never leave helpers reading or writing the caller's buffers
-            v_run.cancel()
-            raise
+
+        crc = crc32_of_runs(k_run, v_run, pool, helpers, between=find_scale)
         scale_bytes = pack_scale(scale)
         out[scale_off:total].copy_(torch.frombuffer(bytearray(scale_bytes), dtype=torch.uint8))
         crc = crc32_combine(crc, zlib.crc32(scale_bytes), len(scale_bytes))
@@ -320,15 +302,8 @@ class AsymCodec:
         else:  # hash only
             k_run = ChunkedRun(lambda a, b: crc32_at(base + loc.k_offset + a, b - a), k_len,
                                CHUNK_BYTES)
-        v_run = ChunkedRun(decode_v, v_len, chunk_for(v_len, helpers))
-        try:
-            k_run.start_helpers(pool, helpers)
-            v_run.start_helpers(pool, helpers)
-            crc = v_run.crc32(k_run.crc32())
-        except BaseException:
-            k_run.cancel()  # never leave helpers reading or writing the caller's buffers
-            v_run.cancel()
-            raise
+        crc = crc32_of_runs(k_run, ChunkedRun(decode_v, v_len, chunk_for(v_len, helpers)), pool,
+                            helpers)
         scale_crc = crc32_at(base + loc.scale_offset, header.scale_payload_len)
         crc = crc32_combine(crc, scale_crc, header.scale_payload_len)
         if crc != header.crc32:

@@ -78,10 +78,11 @@ def _decode(codec: AsymCodec, serde: str, src: MemoryObj, k_obj: Any, v_obj: Any
             commit()
 
 
-class AsymK16V8MultiSerializer(MultiSerializer):
-    """Storage-only serializer: K (slot 0) bit-exact, V (slot 1) fp8 + per-tensor scale."""
+class _AsymStage:
+    """What the four classes share: the codec (a default one when none is given) and the group
+    size (2: slot 0 = K, slot 1 = V). ``name`` is the serde type named in errors."""
 
-    name = "asym_k16_v8"
+    name: str
 
     def __init__(self, codec: AsymCodec | None = None) -> None:
         self.codec = codec or AsymCodec()
@@ -89,6 +90,12 @@ class AsymK16V8MultiSerializer(MultiSerializer):
     @property
     def group_size(self) -> int:
         return GROUP_SIZE
+
+
+class AsymK16V8MultiSerializer(_AsymStage, MultiSerializer):
+    """Storage-only serializer: K (slot 0) bit-exact, V (slot 1) fp8 + per-tensor scale."""
+
+    name = "asym_k16_v8"
 
     @property
     def input_slot_mapping(self) -> tuple[int | None, ...]:
@@ -117,17 +124,10 @@ class AsymK16V8MultiSerializer(MultiSerializer):
         return self.codec.estimate(k.nbytes, v.numel)
 
 
-class AsymK16V8MultiDeserializer(MultiDeserializer):
+class AsymK16V8MultiDeserializer(_AsymStage, MultiDeserializer):
     """Storage-only deserializer; a ``None`` destination slot is skipped and never touched."""
 
     name = "asym_k16_v8"
-
-    def __init__(self, codec: AsymCodec | None = None) -> None:
-        self.codec = codec or AsymCodec()
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE
 
     @property
     def output_slot_mapping(self) -> tuple[int | None, ...]:
@@ -146,17 +146,10 @@ class AsymK16V8MultiDeserializer(MultiDeserializer):
             )
 
 
-class AsymK16V8VOnlyMultiSerializer(MultiSerializer):
+class AsymK16V8VOnlyMultiSerializer(_AsymStage, MultiSerializer):
     """V-only serializer: slot 0 (K) must be ``None``; slot 1 (V) is quantized as in storage-only."""
 
     name = "asym_k16_v8_v_only"
-
-    def __init__(self, codec: AsymCodec | None = None) -> None:
-        self.codec = codec or AsymCodec()
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE
 
     @property
     def input_slot_mapping(self) -> tuple[int | None, ...]:
@@ -183,17 +176,10 @@ class AsymK16V8VOnlyMultiSerializer(MultiSerializer):
         return self.codec.estimate(0, _single_group(v_layout, "V", self.name).numel)
 
 
-class AsymK16V8VOnlyMultiDeserializer(MultiDeserializer):
+class AsymK16V8VOnlyMultiDeserializer(_AsymStage, MultiDeserializer):
     """V-only deserializer: restores V; the K destination slot is ignored and never touched."""
 
     name = "asym_k16_v8_v_only"
-
-    def __init__(self, codec: AsymCodec | None = None) -> None:
-        self.codec = codec or AsymCodec()
-
-    @property
-    def group_size(self) -> int:
-        return GROUP_SIZE
 
     @property
     def output_slot_mapping(self) -> tuple[int | None, ...]:

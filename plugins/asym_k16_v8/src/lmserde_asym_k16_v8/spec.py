@@ -9,6 +9,7 @@ K in L1 and stores V alone.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,12 +17,10 @@ from lmserde import (
     DataKind,
     SerdeOption,
     SerdePair,
-    SerdeProcessor,
     SerdeSizeContract,
     SerdeSpec,
     StoragePlacementMode,
-    close_timeout_option,
-    max_workers_option,
+    processor_options,
 )
 from lmserde_fp8 import log_fallback_once, native_status
 
@@ -88,8 +87,7 @@ _COMMON_OPTIONS: tuple[SerdeOption, ...] = (
                 check=_check_scope),
     SerdeOption("scale_dtype", str, "float32", "dtype of the stored V scale",
                 check=_check_scale_dtype),
-    max_workers_option(DEFAULT_MAX_WORKERS),
-    close_timeout_option(),
+    *processor_options(max_workers=DEFAULT_MAX_WORKERS),
 )
 
 
@@ -122,16 +120,6 @@ def _asym_v_only_pair(kwargs: dict[str, Any]) -> SerdePair:
     return SerdePair(AsymK16V8VOnlyMultiSerializer(codec), AsymK16V8VOnlyMultiDeserializer(codec))
 
 
-def create_asym_k16_v8(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4)."""
-    return ASYM_K16_V8_SPEC.create_processor("asym_k16_v8", kwargs)
-
-
-def create_asym_k16_v8_v_only(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The ``asym_k16_v8_v_only`` processor core builds from its pair."""
-    return ASYM_K16_V8_V_ONLY_SPEC.create_processor("asym_k16_v8_v_only", kwargs)
-
-
 ASYM_K16_V8_SPEC = SerdeSpec(
     pair_factory=_asym_pair,
     description="K stored bit-exact, V as fp8 with a per-tensor scale (LMCache EncodedKV v1)",
@@ -145,7 +133,10 @@ ASYM_K16_V8_SPEC = SerdeSpec(
     native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
 )
 
-ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
+#: The same contract as ``asym_k16_v8`` (size, kinds, format, native code); its own pair and the
+#: ``k_dtype_tag`` option.
+ASYM_K16_V8_V_ONLY_SPEC = replace(
+    ASYM_K16_V8_SPEC,
     pair_factory=_asym_v_only_pair,
     description="V alone as fp8 with a per-tensor scale, K slot absent (LMCache EncodedKV v1)",
     options=(
@@ -154,12 +145,10 @@ ASYM_K16_V8_V_ONLY_SPEC = SerdeSpec(
                     "K dtype id written in the header (informational; no K bytes are stored)",
                     check=_check_k_tag),
     ),
-    size_contract=SerdeSizeContract.UPPER_BOUND,
-    lossy=True,
-    consumes=frozenset({DataKind.KV_TENSORS}),
-    produces=DataKind.BYTES,
-    consumes_hint=_KV_HINT,
-    format_version=1,
-    native_status=native_status,  # the fp8 codec of lmserde-fp8 does the elementwise work
     placement=StoragePlacementMode.KV_SPLIT_TIER,  # K stays in L1; V alone goes to L2
 )
+
+#: The ``asym_k16_v8`` processor core builds from its pair (``max_workers`` default 4).
+create_asym_k16_v8 = ASYM_K16_V8_SPEC.processor_factory("asym_k16_v8")
+#: The ``asym_k16_v8_v_only`` processor core builds from its pair.
+create_asym_k16_v8_v_only = ASYM_K16_V8_V_ONLY_SPEC.processor_factory("asym_k16_v8_v_only")

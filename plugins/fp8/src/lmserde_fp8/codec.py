@@ -67,6 +67,13 @@ def _level(backend: Backend) -> int:
     return kernel.PORTABLE if backend == "portable" else kernel.BEST
 
 
+def _check_flat_codes(codes: torch.Tensor, n: int, what: str) -> None:
+    """``ValueError`` (naming the argument ``what``) unless ``codes`` is a contiguous 1-D uint8
+    tensor of ``n`` elements: the fp8 codes every encode writes and every decode reads."""
+    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
+        raise ValueError(f"{what} must be a contiguous 1-D uint8 tensor of {n} elements")
+
+
 def _rows_of(numel: int, scales: torch.Tensor | None) -> tuple[int, int]:
     if scales is None:
         return (1, numel) if numel else (0, 0)
@@ -92,8 +99,7 @@ def encode(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format,
     ``len(scales)`` equal rows).
     """
     n = src.numel
-    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
-        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(out, n, "out")
     rows, row_len = _rows_of(n, scales)
     if n == 0:
         return
@@ -111,8 +117,7 @@ def decode(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format,
            scales: torch.Tensor | None = None, *, backend: Backend = "auto") -> None:
     """Write the values of the uint8 ``codes`` into ``dst`` (``dst.numel`` codes), then commit."""
     n = dst.numel
-    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
-        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(codes, n, "codes")
     rows, row_len = _rows_of(n, scales)
     if n == 0:
         return
@@ -141,8 +146,7 @@ def encode_hashed(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, hasher: P
     native kernel hashes each 1 KiB of codes right after writing it (lmserde's payload hasher
     C API); otherwise the codes are hashed after the encode."""
     n = src.numel
-    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
-        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(out, n, "out")
     chosen = _resolve(backend, src.data, out) if n else "torch"
     native = _native_hasher(chosen, hasher)
     if native is None:
@@ -159,8 +163,7 @@ def decode_hashed(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, hasher:
     native kernel: each 4 KiB piece right after decoding it, the next piece prefetched), then
     commit."""
     n = dst.numel
-    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
-        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(codes, n, "codes")
     chosen = _resolve(backend, codes, dst.data) if n else "torch"
     native = _native_hasher(chosen, hasher)
     if native is None:
@@ -190,8 +193,7 @@ def encode_pow2(src: FloatBuffer, out: torch.Tensor, fmt: Fp8Format, exponents: 
     otherwise they are read from it (``ValueError`` if one is outside [-126, 126]).
     """
     n = src.numel
-    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous() or out.numel() != n:
-        raise ValueError(f"out must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(out, n, "out")
     rows = _check_exponents(exponents, n)
     if cap is not None and not 0 <= cap <= MAX_EXPONENT:
         raise ValueError(f"exponent cap must be in [0, {MAX_EXPONENT}], got {cap}")
@@ -216,8 +218,7 @@ def decode_pow2(codes: torch.Tensor, dst: FloatBuffer, fmt: Fp8Format, exponents
     """Decode into ``dst`` split into ``len(exponents)`` equal rows, row ``r`` times ``2**k[r]``
     (``ValueError`` if an exponent is outside [-126, 126])."""
     n = dst.numel
-    if codes.dtype != torch.uint8 or codes.dim() != 1 or not codes.is_contiguous() or codes.numel() != n:
-        raise ValueError(f"codes must be a contiguous 1-D uint8 tensor of {n} elements")
+    _check_flat_codes(codes, n, "codes")
     rows = _check_exponents(exponents, n)
     if n == 0:
         return

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmserde import (
-    DataKind,
-    SerdeOption,
-    SerdePair,
-    SerdeProcessor,
-    SerdeSizeContract,
-    SerdeSpec,
-    close_timeout_option,
-    max_workers_option,
-)
+from lmserde import DataKind, SerdeOption, SerdePair, SerdeSizeContract, SerdeSpec, processor_options
 
 from lmserde_fp8 import kernel
 from lmserde_fp8.formats import check_fp8_dtype_name, resolve_fp8_dtype
@@ -39,8 +30,7 @@ FP8_OPTIONS: tuple[SerdeOption, ...] = (
         "or per token row, kept in a small versioned header (avoids saturation and underflow)",
         choices=tuple(m.value for m in ScalingMode),
     ),
-    max_workers_option(1),
-    close_timeout_option(),
+    *processor_options(max_workers=1),
 )
 
 
@@ -51,11 +41,6 @@ def create_fp8_pair(kwargs: dict[str, Any]) -> SerdePair:
     kernel.log_fallback_once()
     return SerdePair(Fp8QuantizationSerializer(fp8_dtype, scaling),
                      Fp8QuantizationDeserializer(fp8_dtype, scaling))
-
-
-def create_fp8_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The processor core builds from :func:`create_fp8_pair` for validated kwargs."""
-    return FP8_SPEC.create_processor("fp8", kwargs)
 
 
 FP8_SPEC = SerdeSpec(
@@ -71,3 +56,6 @@ FP8_SPEC = SerdeSpec(
     format_version=1,
     native_status=kernel.native_status,
 )
+
+#: The processor core builds from :func:`create_fp8_pair` for validated kwargs.
+create_fp8_processor = FP8_SPEC.processor_factory("fp8")

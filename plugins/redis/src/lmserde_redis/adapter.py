@@ -20,6 +20,7 @@ from lmserde.l2 import (
     L2TaskId,
     QueuedResults,
     TaskGate,
+    check_keys_and_objects,
 )
 
 from lmserde_redis import abortable
@@ -31,11 +32,6 @@ __all__ = ["RedisL2Adapter"]
 _log = logging.getLogger("lmserde_redis")
 
 T = TypeVar("T")
-
-
-def _check_aligned(keys: Sequence[Any], objects: Sequence[Any], what: str) -> None:
-    if len(keys) != len(objects):
-        raise ValueError(f"{what} got {len(keys)} keys but {len(objects)} objects")
 
 
 def _byte_view(obj: MemoryObj) -> memoryview:
@@ -198,7 +194,7 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_store_task")
+        check_keys_and_objects(keys, objects, "submit_store_task")
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)
 
@@ -326,19 +322,16 @@ class RedisL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
-        if release and not self._io.closed:
-            try:
-                self._submit(lambda: self._delete_now(release))
-            except RuntimeError:  # closed meanwhile: the deferred delete is dropped
-                _log.debug("redis adapter closed before a deferred delete of %d key(s)",
-                           len(release))
+        if release:
+            self._io.submit_detached(lambda: self._delete_now(release),
+                                     f"a deferred delete of {len(release)} key(s)")
 
     # -- load -----------------------------------------------------------------------------------
 
     def submit_load_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_load_task")
+        check_keys_and_objects(keys, objects, "submit_load_task")
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import redis
 from lmserde.testing import (
     LOOPBACK_HOST,
+    LoopbackChildServer,
     free_loopback_port,
     kill_child,
     log_tail,
@@ -60,7 +61,7 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float, log: Path | 
     wait_until(condition, what, timeout, retry_on=(redis.RedisError, OSError), log=log)
 
 
-class LocalRedisServer:
+class LocalRedisServer(LoopbackChildServer):
     """One ``redis-server`` on ``127.0.0.1:port`` as a child process.
 
     ``extra_args`` are appended to the command line (e.g. ``["--cluster-enabled", "yes"]``).
@@ -95,14 +96,6 @@ class LocalRedisServer:
     @property
     def log_path(self) -> Path:
         return self.directory / f"redis-{self.port}.log"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self.running and self._process else None
 
     def command(self) -> list[str]:
         return [self._binary, "--port", str(self.port), "--bind", HOST, "--save", "",
@@ -155,12 +148,6 @@ class LocalRedisServer:
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> LocalRedisServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class LocalRedisCluster:

@@ -20,6 +20,7 @@ from lmserde.l2 import (
     L2TaskId,
     QueuedResults,
     TaskGate,
+    check_keys_and_objects,
 )
 
 from lmserde_s3.client import build_client, is_not_found, is_precondition_failed
@@ -40,11 +41,6 @@ T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
 _DELETE_BATCH = 1000  # DeleteObjects' limit
-
-
-def _check_aligned(keys: Sequence[Any], objects: Sequence[Any], what: str) -> None:
-    if len(keys) != len(objects):
-        raise ValueError(f"{what} got {len(keys)} keys but {len(objects)} objects")
 
 
 class _TaskClosed(Exception):
@@ -193,7 +189,7 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_store_task")
+        check_keys_and_objects(keys, objects, "submit_store_task")
         self._check_open()
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)
@@ -321,19 +317,16 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def submit_unlock(self, keys: Sequence[ObjectKey]) -> None:
         with self._state_lock:
             release = self._pins.unpin(keys)
-        if release and not self._io.closed:
-            try:
-                self._io.submit(lambda: self._delete_now(release))
-            except RuntimeError:  # closed meanwhile: the deferred delete is dropped
-                _log.debug("s3 adapter closed before a deferred delete of %d key(s)",
-                           len(release))
+        if release:
+            self._io.submit_detached(lambda: self._delete_now(release),
+                                     f"a deferred delete of {len(release)} key(s)")
 
     # -- load -----------------------------------------------------------------------------------
 
     def submit_load_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_load_task")
+        check_keys_and_objects(keys, objects, "submit_load_task")
         self._check_open()
         task_id = self._queues.new_task_id()
         keys, objects = list(keys), list(objects)

@@ -9,11 +9,10 @@ codec. It handles CPU tensors of dtype float32/float16/bfloat16 whose rows are c
 from __future__ import annotations
 
 import logging
-import threading
-from types import ModuleType
 from typing import Any
 
 import torch
+from lmserde import NativeExtension
 
 from lmserde_turboquant.codebook import Codebook
 from lmserde_turboquant.layer_tables import LayerTables
@@ -21,6 +20,7 @@ from lmserde_turboquant.presets import TurboQuantPreset
 
 __all__ = [
     "MAX_HEAD_DIM",
+    "NATIVE_CODEC",
     "available",
     "decode_layers",
     "decode_rows",
@@ -32,17 +32,11 @@ __all__ = [
     "supports",
 ]
 
-_native: ModuleType | None
-_import_error: str | None = None
-try:
-    from lmserde_turboquant import _native  # type: ignore[attr-defined,no-redef]
-except ImportError as exc:  # built without a compiler
-    _native = None
-    _import_error = f"{type(exc).__name__}: {exc}"
+#: The extension (no run-time switch: ``backend="torch"`` in the config picks the torch codec).
+NATIVE_CODEC = NativeExtension("lmserde_turboquant._native", distribution="lmserde-turboquant",
+                               simd=lambda module: str(module.simd_isa()))
 
 _log = logging.getLogger("lmserde_turboquant")
-_fallback_logged = False
-_fallback_lock = threading.Lock()
 
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _CODEC_CODES = {"fp8": 0, "mse": 1, "minmax": 2}
@@ -51,38 +45,26 @@ MAX_HEAD_DIM = 1024
 
 def available() -> bool:
     """True when the C extension was built and imported."""
-    return _native is not None
+    return NATIVE_CODEC.built()
 
 
 def simd_isa() -> str | None:
     """``"avx2"`` or ``"scalar"``: the instruction path of the extension; ``None`` without it."""
-    return None if _native is None else str(_native.simd_isa())
+    return NATIVE_CODEC.simd()
 
 
 def native_status() -> dict[str, Any]:
     """What this process runs for CPU tensors: ``backend`` (``"native"`` or ``"torch"``),
     ``simd`` (``"avx2"`` or ``"scalar"``; ``None`` when not built), ``built`` and, on the torch
     backend, the ``reason``. (GPU tensors always use torch ops.)"""
-    if _native is None:
-        return {"backend": "torch", "simd": None, "built": False,
-                "reason": "the native extension lmserde_turboquant._native is not built "
-                          f"({_import_error}); reinstall lmserde-turboquant with a C compiler"}
-    return {"backend": "native", "simd": simd_isa(), "built": True}
+    return NATIVE_CODEC.status()
 
 
 def log_fallback_once() -> None:
     """Log a warning, once per process, when the native codec is not built (CPU tensors then run
     the pure-torch codec: same bytes, several times slower). Called when a processor is built."""
-    global _fallback_logged
-    if _native is not None:
-        return
-    with _fallback_lock:
-        if _fallback_logged:
-            return
-        _fallback_logged = True
-    _log.warning("lmserde-turboquant: the turboquant serde runs its pure-torch codec on CPU "
-                 "tensors (the same bytes, several times slower): %s",
-                 native_status()["reason"])
+    NATIVE_CODEC.log_fallback_once(
+        _log, "the turboquant serde runs its pure-torch codec on CPU tensors")
 
 
 def _rows_ok(t: torch.Tensor) -> bool:
@@ -99,7 +81,7 @@ def _rows_ok(t: torch.Tensor) -> bool:
 def supports(rows: torch.Tensor, slots: torch.Tensor) -> bool:
     """Whether the native codec can work on these row and slot tensors (any leading dims)."""
     return (
-        _native is not None
+        NATIVE_CODEC.built()
         and _rows_ok(rows)
         and slots.device.type == "cpu"
         and slots.dtype == torch.uint8
@@ -164,11 +146,10 @@ def encode_layers(
     Slot rows ``N..P-1`` are zeroed. Returns -1 or ``layer * N + row`` of the first row that
     cannot be stored.
     """
-    if _native is None:
-        raise RuntimeError("the native TurboQuant codec is not built")
+    native = NATIVE_CODEC.require()
     kt, vt = _tables(tables, encode=True)
     args = _call_args(k, v, slots, preset, signs, kt, vt, tables.sqrt_d, simd)
-    return int(_native.encode(*args))
+    return int(native.encode(*args))
 
 
 def decode_layers(
@@ -176,10 +157,9 @@ def decode_layers(
     tables: LayerTables, signs: torch.Tensor, *, simd: bool = True,
 ) -> None:
     """Decode slots ``[L, P, stride]`` into rows ``k_out``/``v_out`` ``[L, N <= P, D]``."""
-    if _native is None:
-        raise RuntimeError("the native TurboQuant codec is not built")
+    native = NATIVE_CODEC.require()
     kt, vt = _tables(tables, encode=False)
-    _native.decode(*_call_args(k_out, v_out, slots, preset, signs, kt, vt, tables.sqrt_d, simd))
+    native.decode(*_call_args(k_out, v_out, slots, preset, signs, kt, vt, tables.sqrt_d, simd))
 
 
 def encode_rows(

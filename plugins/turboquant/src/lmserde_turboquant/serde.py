@@ -10,7 +10,7 @@ from lmserde_turboquant.codebook import lloyd_max_codebook
 from lmserde_turboquant.config import TurboQuantConfig
 from lmserde_turboquant.kv_layout import KVPlan
 from lmserde_turboquant.layer_tables import layer_tables, stacked_signs
-from lmserde_turboquant.object_groups import kv_groups
+from lmserde_turboquant.object_groups import GroupAccess, kv_groups
 
 __all__ = ["TurboQuantDeserializer", "TurboQuantSerializer"]
 
@@ -25,6 +25,18 @@ def _quantized_rows(t: torch.Tensor, plan: KVPlan) -> tuple[torch.Tensor, torch.
         return kv[..., :d], kv[..., d:]
     return (t[0, layers].view(plan.quant_layers, rows, d),
             t[1, layers].view(plan.quant_layers, rows, d))
+
+
+def _planned_groups(obj: MemoryObj, config: TurboQuantConfig, *, load: bool,
+                    buffer: torch.Tensor, role: str) -> tuple[list[GroupAccess], list[KVPlan]]:
+    """The KV groups of ``obj`` (see :func:`kv_groups` for ``load``) and each one's plan;
+    ``ValueError`` when ``buffer`` (the ``role`` side's bytes) cannot hold all of them."""
+    groups = kv_groups(obj, load=load)
+    plans = [config.plan(g.tensor.shape, g.tensor.dtype) for g in groups]
+    total = sum(p.nbytes for p in plans)
+    if buffer.numel() < total:
+        raise ValueError(f"{role} buffer too small: got {buffer.numel()} bytes, need {total}")
+    return groups, plans
 
 
 def _byte_view(t: torch.Tensor) -> torch.Tensor:
@@ -101,17 +113,14 @@ class TurboQuantSerializer(Serializer):
 
     def serialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> int:
         del key  # content-independent
-        groups = kv_groups(src, load=True)
-        plans = [self.config.plan(g.tensor.shape, g.tensor.dtype) for g in groups]
-        total = sum(p.nbytes for p in plans)
         out = as_byte_tensor(dst)
-        if out.numel() < total:
-            raise ValueError(f"Destination buffer too small: got {out.numel()} bytes, need {total}")
+        groups, plans = _planned_groups(src, self.config, load=True, buffer=out,
+                                        role="Destination")
         offset = 0
         for group, plan in zip(groups, plans):
             self._serialize_tensor(group.tensor, plan, out[offset : offset + plan.nbytes])
             offset += plan.nbytes
-        return total
+        return offset
 
     def _serialize_tensor(self, t: torch.Tensor, plan: KVPlan, out: torch.Tensor) -> None:
         if plan.nbytes == 0:
@@ -158,12 +167,8 @@ class TurboQuantDeserializer(Deserializer):
 
     def deserialize(self, src: MemoryObj, dst: MemoryObj, key: ObjectKey) -> None:
         del key
-        groups = kv_groups(dst, load=False)
-        plans = [self.config.plan(g.tensor.shape, g.tensor.dtype) for g in groups]
-        total = sum(p.nbytes for p in plans)
         data = as_byte_tensor(src)
-        if data.numel() < total:
-            raise ValueError(f"Source buffer too small: got {data.numel()} bytes, need {total}")
+        groups, plans = _planned_groups(dst, self.config, load=False, buffer=data, role="Source")
         offset = 0
         for group, plan in zip(groups, plans):
             self._deserialize_tensor(data[offset : offset + plan.nbytes], plan, group.tensor)

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmserde import (
-    DataKind,
-    SerdeOption,
-    SerdePair,
-    SerdeProcessor,
-    SerdeSizeContract,
-    SerdeSpec,
-    close_timeout_option,
-    max_workers_option,
-)
+from lmserde import DataKind, SerdeOption, SerdePair, SerdeSizeContract, SerdeSpec, processor_options
 
 from lmserde_turboquant import codec_native
 from lmserde_turboquant.config import (
@@ -48,11 +39,6 @@ def create_turboquant_pair(kwargs: dict[str, Any]) -> SerdePair:
     return SerdePair(TurboQuantSerializer(config), TurboQuantDeserializer(config))
 
 
-def create_turboquant_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The processor core builds from :func:`create_turboquant_pair` for validated kwargs."""
-    return TURBOQUANT_SPEC.create_processor("turboquant", kwargs)
-
-
 TURBOQUANT_SPEC = SerdeSpec(
     pair_factory=create_turboquant_pair,
     description="TurboQuant KV quantization (LMCache presets, TurboQuant-MSE values); CPU or GPU",
@@ -73,8 +59,7 @@ TURBOQUANT_SPEC = SerdeSpec(
                     "(all write identical bytes); formerly 'implementation'",
                     choices=BACKENDS, check=_check_field("backend"),
                     identity=False, deprecated_names=("implementation",)),
-        max_workers_option(1),
-        close_timeout_option(),
+        *processor_options(max_workers=1),
     ),
     size_contract=SerdeSizeContract.EXACT,
     lossy=True,
@@ -85,3 +70,6 @@ TURBOQUANT_SPEC = SerdeSpec(
     format_version=1,
     native_status=codec_native.native_status,
 )
+
+#: The processor core builds from :func:`create_turboquant_pair` for validated kwargs.
+create_turboquant_processor = TURBOQUANT_SPEC.processor_factory("turboquant")

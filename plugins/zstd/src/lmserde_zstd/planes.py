@@ -17,7 +17,6 @@ frames (native only; ``csrc/literal_frames.c``).
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
@@ -25,8 +24,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from lmserde import NativeExtension
 
-__all__ = ["ELEMENT_SIZES", "decode_planes", "encode_planes", "is_literal_frame",
+__all__ = ["ELEMENT_SIZES", "PLANES_KERNEL", "decode_planes", "encode_planes", "is_literal_frame",
            "literal_frames_available", "merge", "native_available", "native_status",
            "set_native_enabled", "split"]
 
@@ -34,47 +34,28 @@ __all__ = ["ELEMENT_SIZES", "decode_planes", "encode_planes", "is_literal_frame"
 ELEMENT_SIZES = (1, 2, 4, 8)
 
 
-_import_error: str | None = None
-
-
-def _load() -> ModuleType | None:
-    global _import_error
-    try:
-        from lmserde_zstd import _planes  # type: ignore[attr-defined]
-    except ImportError as exc:
-        _import_error = f"{type(exc).__name__}: {exc}"
-        return None
-    return _planes
-
-
-_native: ModuleType | None = _load()
-_enabled = os.environ.get("LMSERDE_ZSTD_NATIVE", "1").strip().lower() not in ("0", "false", "no")
+#: The kernel and its switch (``LMSERDE_ZSTD_NATIVE=0`` turns it off at import).
+PLANES_KERNEL = NativeExtension("lmserde_zstd._planes", distribution="lmserde-zstd",
+                                simd=lambda module: str(module.simd()),
+                                switch_env="LMSERDE_ZSTD_NATIVE",
+                                switch_setter="set_native_enabled")
 
 
 def native_available() -> bool:
     """True when the native kernel is built, importable and enabled."""
-    return _native is not None and _enabled
+    return PLANES_KERNEL.available()
 
 
 def set_native_enabled(enabled: bool) -> None:
     """Use (or stop using) the native kernel process-wide; the torch path writes the same bytes."""
-    global _enabled
-    _enabled = bool(enabled)
+    PLANES_KERNEL.set_enabled(enabled)
 
 
 def native_status() -> dict[str, Any]:
     """What this process runs, in the vocabulary the plugins share: ``backend`` (``"native"`` or
     ``"torch"``), ``simd`` (``"sse2"`` or ``"scalar"``; ``None`` when not built), ``built`` and, on
     the torch backend, the ``reason``."""
-    if _native is None:
-        return {"backend": "torch", "simd": None, "built": False,
-                "reason": "the native extension lmserde_zstd._planes is not built "
-                          f"({_import_error}); reinstall lmserde-zstd with a C compiler"}
-    simd = str(_native.simd())
-    if not _enabled:
-        return {"backend": "torch", "simd": simd, "built": True,
-                "reason": "disabled (LMSERDE_ZSTD_NATIVE=0 or set_native_enabled(False))"}
-    return {"backend": "native", "simd": simd, "built": True}
+    return PLANES_KERNEL.status()
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -101,8 +82,7 @@ def split(src: np.ndarray, element_size: int, planes: Sequence[np.ndarray]) -> i
     count = src.size // element_size
     _check(element_size, count, planes)
     if native_available():
-        assert _native is not None
-        return int(_native.split(src, element_size, planes))
+        return int(PLANES_KERNEL.require().split(src, element_size, planes))
     grid = _tensor(src[:count * element_size]).view(count, element_size)
     for p, plane in enumerate(planes):
         _tensor(plane[:count]).copy_(grid[:, p])
@@ -116,8 +96,7 @@ def merge(planes: Sequence[np.ndarray], element_size: int, dst: np.ndarray) -> i
     count = dst.size // element_size
     _check(element_size, count, planes)
     if native_available():
-        assert _native is not None
-        return int(_native.merge(planes, element_size, dst))
+        return int(PLANES_KERNEL.require().merge(planes, element_size, dst))
     grid = _tensor(dst[:count * element_size]).view(count, element_size)
     for p, plane in enumerate(planes):
         grid[:, p].copy_(_tensor(plane[:count]))
@@ -134,8 +113,7 @@ def _literal_kernel() -> ModuleType:
     if not native_available():
         raise RuntimeError("literal-only zstd frames need the native kernel lmserde_zstd._planes "
                            f"({native_status().get('reason', 'not available')})")
-    assert _native is not None
-    return _native
+    return PLANES_KERNEL.require()
 
 
 def encode_planes(src: np.ndarray, element_size: int, dests: Sequence[np.ndarray],

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmserde import (
-    DataKind,
-    SerdeOption,
-    SerdePair,
-    SerdeProcessor,
-    SerdeSizeContract,
-    SerdeSpec,
-    close_timeout_option,
-    max_workers_option,
-)
+from lmserde import DataKind, SerdeOption, SerdePair, SerdeSizeContract, SerdeSpec, processor_options
 
 from lmserde_zstd import planes
 from lmserde_zstd.frame import VERSION, Shuffle
@@ -74,8 +65,7 @@ ZSTD_OPTIONS: tuple[SerdeOption, ...] = (
     SerdeOption("nthreads", int, 1,
                 "blosc2 threads per object (codec blosc2 only: blocks of one chunk in parallel); "
                 "max_workers runs separate chunks in parallel", check=_check_nthreads),
-    max_workers_option(1),
-    close_timeout_option(),
+    *processor_options(max_workers=1),
 )
 
 
@@ -85,11 +75,6 @@ def create_zstd_pair(kwargs: dict[str, Any]) -> SerdePair:
                                 shuffle=kwargs["shuffle"],
                                 min_saving=kwargs["min_saving"], nthreads=kwargs["nthreads"])
     return SerdePair(serializer, ZstdDeserializer(nthreads=kwargs["nthreads"]))
-
-
-def create_zstd_processor(kwargs: dict[str, Any]) -> SerdeProcessor:
-    """The processor core builds from :func:`create_zstd_pair` for validated kwargs."""
-    return ZSTD_SPEC.create_processor(SERDE_TYPE, kwargs)
 
 
 ZSTD_SPEC = SerdeSpec(
@@ -106,3 +91,6 @@ ZSTD_SPEC = SerdeSpec(
     format_version=VERSION,
     native_status=planes.native_status,
 )
+
+#: The processor core builds from :func:`create_zstd_pair` for validated kwargs.
+create_zstd_processor = ZSTD_SPEC.processor_factory(SERDE_TYPE)

@@ -46,7 +46,7 @@ from lmserde.l2.adapters.fs_temp_files import TempSweep, pid_domain, sweep_stale
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.entry_scrub import EntryScrub
 from lmserde.l2.contract.head_last import DeferredHead
-from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId, check_keys_and_objects
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
 from lmserde.l2.discovery.spec import L2AdapterSpec
@@ -269,8 +269,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        if len(keys) != len(objects):
-            raise ValueError(f"submit_store_task got {len(keys)} keys but {len(objects)} objects")
+        check_keys_and_objects(keys, objects, "submit_store_task")
         task_id = self._queues.new_task_id()
         self._submit(self._run_store, task_id, list(keys), list(objects), None)
         return task_id
@@ -417,8 +416,7 @@ class FSL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_load_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        if len(keys) != len(objects):
-            raise ValueError(f"submit_load_task got {len(keys)} keys but {len(objects)} objects")
+        check_keys_and_objects(keys, objects, "submit_load_task")
         task_id = self._queues.new_task_id()
         self._submit(self._run_load, task_id, list(keys), list(objects))
         return task_id

@@ -13,7 +13,7 @@ from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.bitmap import Bitmap
-from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
+from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId, check_keys_and_objects
 from lmserde.l2.contract.key_pins import KeyPins
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues, QueuedResults
@@ -23,11 +23,6 @@ from lmserde.memory import MemoryObj, as_byte_tensor
 from lmserde.options import SerdeOption
 
 __all__ = ["MemoryL2Adapter", "MEMORY_ADAPTER_SPEC"]
-
-
-def _check_aligned(keys: Sequence[Any], objects: Sequence[Any], what: str) -> None:
-    if len(keys) != len(objects):
-        raise ValueError(f"{what} got {len(keys)} keys but {len(objects)} objects")
 
 
 class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
@@ -72,7 +67,7 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_store_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_store_task")
+        check_keys_and_objects(keys, objects, "submit_store_task")
         self._check_open()
         task_id = self._queues.new_task_id()
         copies = [as_byte_tensor(obj).clone() for obj in objects]
@@ -148,7 +143,7 @@ class MemoryL2Adapter(QueuedResults, L2AdapterInterface):
     def submit_load_task(
         self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]
     ) -> L2TaskId:
-        _check_aligned(keys, objects, "submit_load_task")
+        check_keys_and_objects(keys, objects, "submit_load_task")
         self._check_open()
         task_id = self._queues.new_task_id()
         with self._lock:

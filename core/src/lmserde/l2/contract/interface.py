@@ -17,9 +17,16 @@ from lmserde.l2.contract.usage import AdapterUsage
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 
-__all__ = ["L2AdapterInterface", "L2TaskId", "L2Listener"]
+__all__ = ["L2AdapterInterface", "L2TaskId", "L2Listener", "check_keys_and_objects"]
 
 L2TaskId = int
+
+
+def check_keys_and_objects(keys: Sequence[Any], objects: Sequence[Any], call: str) -> None:
+    """``ValueError`` naming ``call`` (``"submit_store_task"``, ``"submit_load_task"``) unless
+    there is exactly one object per key: what every adapter checks before it queues a task."""
+    if len(keys) != len(objects):
+        raise ValueError(f"{call} got {len(keys)} keys but {len(objects)} objects")
 
 _log = logging.getLogger(__name__)
 

@@ -80,6 +80,15 @@ class AdapterIOPool:
             self.check_open()
             return [self._pool.submit(self._busy.run, run) for run in runs]
 
+    def submit_detached(self, run: Callable[[], object], what: str) -> None:
+        """Queue ``run``, a job nobody waits for (e.g. a deferred delete an unlock released),
+        on the I/O threads; once the pool is closed (or it closes meanwhile) ``run`` is dropped
+        and a debug line says ``<service> adapter closed before <what>``. Never raises."""
+        try:
+            self.submit(run)
+        except RuntimeError:  # closed
+            self._log.debug("%s adapter closed before %s", self._service, what)
+
     def start_task(self, deliver: Callable[[T], None], failure: Callable[[], T]) -> TaskGate[T]:
         """A deadline-guarded gate (see :class:`TaskGate`): ``deliver`` gets the worker's result,
         or ``failure()`` at the deadline (which also runs ``on_deadline``)."""

@@ -6,6 +6,7 @@ the serde reports per item, with whether the payload checksum confirmed, decides
 - ``checksum``: the payload checksum (which ran while the serde decoded) failed — proven damage;
 - ``hit``: decoded, checksum confirmed;
 - ``foreign``: the deserializer raised :class:`~lmserde.ForeignObjectError` ("not mine to read");
+- ``unkeyed``: it raised :class:`~lmserde.UnkeyedObjectError` (its key was forgotten or retired);
 - ``decode``: the deserializer refused the bytes (``ValueError``; unframed, any error) — damage;
 - ``kept``: the serde failed for a reason other than the bytes (a key service unreachable,
   ``MemoryError``, a processor that reports no per-item error): a miss, the object kept.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from lmserde.base import SerdeProcessor
-from lmserde.foreign_object import ForeignObjectError
+from lmserde.foreign_object import ForeignObjectError, UnkeyedObjectError
 from lmserde.l2.serde.stored_frame import FrameRejected
 from lmserde.l2.serde.wrapper_task import NoItemError, WrapperTask
 
@@ -24,7 +25,7 @@ __all__ = ["DECODE_OUTCOMES", "decode_outcome", "deserialize_errors", "payload_c
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
-DECODE_OUTCOMES = ("hit", "checksum", "foreign", "decode", "kept")
+DECODE_OUTCOMES = ("hit", "checksum", "foreign", "unkeyed", "decode", "kept")
 
 
 def decode_outcome(error: BaseException | None, *, confirmed: bool, framed: bool) -> str:
@@ -40,6 +41,8 @@ def decode_outcome(error: BaseException | None, *, confirmed: bool, framed: bool
         return "checksum"
     if error is None:
         return "hit"
+    if isinstance(error, UnkeyedObjectError):
+        return "unkeyed"
     if isinstance(error, ForeignObjectError):
         return "foreign"
     if not framed or isinstance(error, ValueError):

@@ -424,8 +424,8 @@ class LoadPath:
         final = Bitmap(task.num_keys)
         serialized = 0
         read_also_hits: dict[int, int] = {}
-        missed: dict[str, list[ObjectKey]] = {"decode": [], "foreign": [], "checksum": [],
-                                              "kept": []}
+        missed: dict[str, list[ObjectKey]] = {"decode": [], "foreign": [], "unkeyed": [],
+                                              "checksum": [], "kept": []}
         last_error: BaseException | None = None
         for slot, error in zip(task.hit_slots, errors):
             outcome = decode_outcome(error, confirmed=payload_confirmed(task, slot),
@@ -437,7 +437,7 @@ class LoadPath:
                     read_also_hits[task.readers[slot]] = read_also_hits.get(
                         task.readers[slot], 0) + 1
                 continue
-            if outcome in ("checksum", "foreign"):  # decoded from bytes that are not these:
+            if outcome in ("checksum", "foreign", "unkeyed"):  # decoded from other bytes:
                 scrub_destination(task.dst_items[slot])  # never handed back
             missed[outcome].append(task.keys[task.positions[slot]])
             last_error = error if outcome == "kept" else last_error
@@ -457,6 +457,11 @@ class LoadPath:
             _log.info("serde wrapper: %d objects of load task %d were written with key material "
                       "this reader does not hold; left in place", len(foreign), task.task_id)
             self._reject(task, "foreign", foreign)
+        if missed["unkeyed"]:
+            _log.info("serde wrapper: %d objects of load task %d were written with keys this "
+                      "reader's key provider no longer holds (forgotten tenant, retired key "
+                      "version); left in place", len(missed["unkeyed"]), task.task_id)
+            self._reject(task, "unkeyed", missed["unkeyed"])
         if corrupt:
             self._reject(task, "checksum", corrupt)
         self._temps.release_written(task.temp_keys)

@@ -62,7 +62,8 @@ __all__ = ["REJECTION_REASONS", "WrapperCollector", "register_wrapper", "unregis
 _log = logging.getLogger(__name__)
 
 #: The rejection reasons a fail-closed wrapper reports (always exported once rejections are).
-REJECTION_REASONS = ("format", "checksum", "config", "key", "length", "layout", "decode", "foreign")
+REJECTION_REASONS = ("format", "checksum", "config", "key", "length", "layout", "decode", "foreign",
+                     "unkeyed")
 
 PROMETHEUS_INSTALL_HINT = (
     "the Prometheus export needs prometheus_client: pip install 'lmserde[prometheus]'"

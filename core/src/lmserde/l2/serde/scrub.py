@@ -19,9 +19,13 @@ not yet in the current configuration (``lmserde scrub --migrate``,
 Damage is what the reader can prove is bad (the frame's ``DAMAGE_REASONS``: ``format``,
 ``length``, ``checksum``, ``decode``). An object written under another serde configuration, for
 another key or layout, by another frame version or with key material this reader does not hold
-(``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``) is *not mine*, not damage:
+(``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``, ``unkeyed``) is *not mine*:
 another fleet may read it. It is reported apart (``report.foreign``), never counts as damage and
-is deleted only with ``delete_foreign``.
+is deleted only with ``delete_foreign``. Among those, an object whose key material the reader's
+key provider no longer holds (``unkeyed``: a forgotten tenant, a retired key version; only a
+decode can tell, so ``delete_unkeyed`` implies ``decode``) is listed in ``report.unkeyed`` too and
+deleted with ``delete_unkeyed`` (crypto-shredding reclaims the space), which is right only when
+the reader's keyring is the authority for every tenant on that storage.
 
 Before the objects, the inner adapter's *entries* are scrubbed when it can see them
 (:mod:`lmserde.l2.contract.entry_scrub`; ``fs``: symlinks, FIFOs and directories at key paths,
@@ -98,6 +102,8 @@ class ScrubReport:
     deleted: int = 0
     foreign: list[ObjectKey] = field(default_factory=list)
     foreign_deleted: int = 0
+    unkeyed: list[ObjectKey] = field(default_factory=list)
+    unkeyed_deleted: int = 0
     entries: EntryScrub | None = None
 
     @property
@@ -131,6 +137,8 @@ class ScrubReport:
         self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
         if verdict in NOT_MINE:
             self.foreign.append(key)
+            if verdict == "unkeyed":
+                self.unkeyed.append(key)
         elif verdict not in _NOT_DAMAGE:
             self.damaged.append(key)
 
@@ -146,6 +154,8 @@ class ScrubReport:
             "deleted": self.deleted,
             "foreign": [key_dict(k) for k in self.foreign],
             "foreign_deleted": self.foreign_deleted,
+            "unkeyed": [key_dict(k) for k in self.unkeyed],
+            "unkeyed_deleted": self.unkeyed_deleted,
             "entries": None if entries is None else {
                 "verdicts": dict(sorted(_count_reasons(entries).items())),
                 "damaged": [f.as_dict() for f in entries.damaged],
@@ -293,6 +303,7 @@ def scrub_adapter(
     decode: bool = False,
     delete: bool = False,
     delete_foreign: bool = False,
+    delete_unkeyed: bool = False,
     entries: bool = True,
     batch: int = 64,
     on_progress: Callable[[int], None] | None = None,
@@ -305,11 +316,14 @@ def scrub_adapter(
     deleted from the inner adapter (``report.deleted``) and its damaged entries removed;
     ``unverified`` objects (a decode that failed for a reason other than the bytes) are never
     deleted, objects that are someone else's (:data:`NOT_MINE`) only with ``delete_foreign``
-    (``report.foreign_deleted``). Objects over ``max_object_bytes`` are ``length`` damage,
+    (``report.foreign_deleted``), and those among them whose key the reader's key provider no
+    longer holds (``unkeyed``) with ``delete_unkeyed``, which implies ``decode``
+    (``report.unkeyed_deleted``). Objects over ``max_object_bytes`` are ``length`` damage,
     unread. ``entries`` (default) scrubs the inner adapter's entries first, when it can see
     them (``report.entries``); ``OSError`` when its storage cannot be walked.
     """
     check_walk(wrapper, "scrub", batch=batch, max_object_bytes=max_object_bytes)
+    decode = decode or delete_unkeyed  # only the serde knows whether it holds an object's key
     report = ScrubReport()
     if entries:
         report.entries = scrub_entries_of(wrapper.inner_adapter, delete=delete)
@@ -330,6 +344,10 @@ def scrub_adapter(
     if delete_foreign and report.foreign:
         wrapper.inner_adapter.delete(report.foreign)
         report.foreign_deleted = len(report.foreign)
+        report.unkeyed_deleted = len(report.unkeyed)
+    elif delete_unkeyed and report.unkeyed:
+        wrapper.inner_adapter.delete(report.unkeyed)
+        report.unkeyed_deleted = len(report.unkeyed)
     return report
 
 

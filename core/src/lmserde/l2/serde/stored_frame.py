@@ -91,8 +91,10 @@ FRAME_HEADER_BYTES = 64
 
 #: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode;
 #: ``foreign``: not an object this reader can read — no lmserde frame, another frame version, or
-#: key material the serde does not hold).
-REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode", "foreign")
+#: key material the serde does not hold; ``unkeyed``: key material its key provider no longer holds,
+#: a forgotten tenant or a retired key version).
+REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode", "foreign",
+                  "unkeyed")
 
 #: Refusals that prove the object damaged: a header that fails its own checksum or is cut short,
 #: a payload of another length than its header says, a payload checksum mismatch, bytes the serde
@@ -102,7 +104,7 @@ DAMAGE_REASONS = frozenset({"format", "length", "checksum", "decode"})
 #: Refusals that say "not mine": the object may be intact and another reader's (another serde
 #: configuration, key, layout, frame version or key material). A miss, never a deletion; a
 #: store of the key replaces it (:mod:`lmserde.l2.contract.replacing_store`).
-NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign"})
+NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign", "unkeyed"})
 assert set(REJECT_REASONS) == DAMAGE_REASONS | NOT_MINE_REASONS
 assert not DAMAGE_REASONS & NOT_MINE_REASONS
 
