@@ -379,15 +379,16 @@ def test_a_candidate_that_raises_fails_only_its_stores(tmp_path: Path, cache: Ca
                                auto=AutoWrites(((bad, "t_b", SerdeSizeContract.EXACT),),
                                                policy)) as wrapper:
         results = [cache.store(wrapper, [key_of(i, salt="exit")], [_object(700 + i)])
-                   .is_successful() for i in range(8)]
+                   .is_successful() for i in range(12)]
         status = wrapper.report_status()
         kept = [i for i, ok in enumerate(results) if ok]
         hits, data = cache.load(wrapper, [key_of(i, salt="exit") for i in kept], [KV] * len(kept))
-    # warm-up takes turns (t_a, t_b, t_a, t_b: t_b's stores fail), then t_a, the only one measured
-    assert results == [True, False, True, False, True, True, True, True]
-    assert status["serde_auto"]["current"] == "t_a"
-    assert status["serde_wrapper"]["failures"].get("serialize") == 2
-    assert hits.to_list() == [True] * 6
+    # warm-up takes turns (t_b's stores fail, nothing else does), then t_a, the only one measured
+    choices = status["serde_auto"]["choices"]
+    assert results.count(False) == choices["t_b"] >= 2
+    assert status["serde_wrapper"]["failures"].get("serialize") == choices["t_b"]
+    assert status["serde_auto"]["current"] == "t_a" and results[-4:] == [True] * 4
+    assert hits.to_list() == [True] * len(kept)
     assert all(torch.equal(d, _bytes(_object(700 + i))) for d, i in zip(data, kept))
 
 

@@ -373,48 +373,38 @@ class LoadPath:
                 errors = [NoItemError()] * len(slots)
             if errors is None:
                 continue
-            seen = (None if self._on_loaded is None
-                    else self._observation(task, index, slots, errors))
+            if self._on_loaded is not None:  # heard before the caller has its result
+                self._observe(task, index, slots, errors)
             with self._lock:
                 self._deserializing.pop((index, serde_id), None)
                 task.decoding.pop(index, None)
                 task.slot_errors.update(zip(slots, errors))
                 last = not task.decoding  # else another configuration still decodes some
-            if last:
-                try:
-                    self._after_deserialize(task, [task.slot_errors.get(j, NoItemError())
-                                                   for j in task.hit_slots])
-                except BaseException:  # never leave a task unfinished (this is the poll thread)
-                    _log.exception("serde wrapper: load task %d failed after deserialize",
-                                   task.task_id)
-                    self._release(task)
-                    self._finish(task, Bitmap(task.num_keys), "internal")
-            if seen is not None:
-                self._observe(seen)  # after the caller has its result
+            if not last:
+                continue
+            try:
+                self._after_deserialize(task, [task.slot_errors.get(j, NoItemError())
+                                               for j in task.hit_slots])
+            except BaseException:  # never leave a task unfinished (this is the poll thread)
+                _log.exception("serde wrapper: load task %d failed after deserialize",
+                               task.task_id)
+                self._release(task)
+                self._finish(task, Bitmap(task.num_keys), "internal")
 
-    def _observation(self, task: WrapperTask, index: int, slots: list[int],
-                     errors: Sequence[BaseException | None]) -> tuple[Any, ...] | None:
-        """What ``on_loaded`` hears of reader ``index``'s decoded slots (see
-        :data:`LoadObserver`), taken while the temporaries are still the task's; ``None``
-        when none decoded."""
+    def _observe(self, task: WrapperTask, index: int, slots: list[int],
+                 errors: Sequence[BaseException | None]) -> None:
+        """Tell ``on_loaded`` what reader ``index``'s decoded slots took (see
+        :data:`LoadObserver`; what it raises is logged, never a miss)."""
+        assert self._on_loaded is not None
         try:
             decoded = [j for j, error in zip(slots, errors) if error is None]
             if not decoded:
-                return None
+                return
             stored = sum(task.temps[j].get_size() for j in decoded)
             loaded = sum(task.temps[j].get_size() for j in task.hit_slots) or stored
-            return (index, sum(item_size(task.dst_items[j]) for j in decoded), stored,
-                    time.perf_counter() - task.stage_started,
-                    task.stage_seconds.get("inner_load", 0.0) * stored / loaded)
-        except Exception as exc:
-            _log.warning("serde wrapper: load observation failed: %s", describe_exception(exc))
-            return None
-
-    def _observe(self, seen: tuple[Any, ...]) -> None:
-        """Hand an observation to ``on_loaded`` (what it raises is logged, never a miss)."""
-        assert self._on_loaded is not None
-        try:
-            self._on_loaded(*seen)
+            self._on_loaded(index, sum(item_size(task.dst_items[j]) for j in decoded), stored,
+                            time.perf_counter() - task.stage_started,
+                            task.stage_seconds.get("inner_load", 0.0) * stored / loaded)
         except Exception as exc:
             _log.warning("serde wrapper: load observer raised: %s", describe_exception(exc))
 

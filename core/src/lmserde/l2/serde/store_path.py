@@ -283,9 +283,9 @@ class StorePath:
             self._temps.release_read(task.temp_keys)
             if not isinstance(result, L2StoreResult):
                 result = L2StoreResult(bool(result), 0)
-            self._finish(task, result, None if result.is_successful() else "inner_store")
             if self._on_stored is not None and result.is_successful():
-                self._observe(task, stored)  # after the caller has its result
+                self._observe(task, stored)  # heard before the caller has its result
+            self._finish(task, result, None if result.is_successful() else "inner_store")
 
     def _observe(self, task: WrapperTask, stored: int) -> None:
         """Tell ``on_stored`` what the task's store took (never fails the task)."""
