@@ -62,6 +62,8 @@ def _keyring(current: int, versions: dict[int, str]) -> bytes:
 MASTER = {"master.key": _test_secret("hkdf master")}
 RING_ONE = {"keyring-v1.json": _keyring(1, {1: "keyring v1"})}
 RING_TWO = {"keyring-v1-v2.json": _keyring(2, {1: "keyring v1", 2: "keyring v2"})}
+FRAME_KEY = {"frame.key": _test_secret("frame key")}
+FRAME_KEY_OPTION = {"frame_key_path": f"{KEY_DIR}/frame.key"}
 
 
 def _aes(frame_version: int, *, bits: int = 128, ring: dict[str, bytes] | None = None) -> dict[str, Any]:
@@ -208,6 +210,16 @@ def _cases() -> list[GoldenCase]:
         c("chain-fp8-identity-aesgcm-v1", [{"type": "fp8", "scaling": "none"},
                                            {"type": "identity"}, _aes(1)], KV, seed=1,
           key_files=MASTER),
+        # the authenticated stored-object frame (frame version 2): a frame key on the adapter
+        c("frame-v2-fp8-keyfile", {"type": "fp8", "scaling": "none"}, KV, seed=6,
+          key=TENANT_KEY, key_files=FRAME_KEY, adapter_options=FRAME_KEY_OPTION),
+        c("frame-v2-identity-keyring-v2-tenant", {"type": "identity"}, KV, seed=6,
+          key=TENANT_KEY, key_files=RING_TWO,
+          adapter_options={"frame_keyring_path": f"{KEY_DIR}/keyring-v1-v2.json"}),
+        c("frame-v2-digest-layout-keyfile", {"type": "identity"}, THREE_GROUPS, seed=6,
+          key_files=FRAME_KEY, adapter_options=FRAME_KEY_OPTION),
+        c("frame-v2-chain-fp8-aesgcm-v3-keyfile", [{"type": "fp8", "scaling": "none"}, _aes(3)],
+          KV, seed=6, key_files={**MASTER, **FRAME_KEY}, adapter_options=FRAME_KEY_OPTION),
     ]
     return cases
 

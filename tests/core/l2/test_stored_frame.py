@@ -148,11 +148,13 @@ def test_another_key_config_or_layout_is_refused_by_reason() -> None:
 
 def test_a_frame_without_checksum_is_read_by_the_same_configuration() -> None:
     """An authenticating serde's frames carry no payload checksum; the flag is covered by the
-    header checksum, so clearing it is a format reject, not a skipped check."""
+    header checksum, so clearing it is a format reject, not a skipped check. A configuration
+    that always writes the checksum refuses a frame without one (issue 29: a frame that omits
+    a protection its config requires), even under a recomputed header checksum."""
     stored = _sealed(b"data", checksum=False)
     assert parse_header(stored).payload_checksum is None
     assert _open(stored, checksum=False) == b"data"
-    assert _open(stored, checksum=True) == b"data"
+    assert _reason(stored, checksum=True) == "checksum"
     with_sum = bytearray(_sealed(b"data", checksum=True))
     with_sum[5] &= ~0x01  # clear the checksum flag: the header checksum no longer matches
     assert _reason(bytes(with_sum)) == "format"

@@ -45,6 +45,7 @@ from lmserde.bench.median_interval import median_interval
 from lmserde.keys import ObjectKey
 from lmserde.l1 import L1Manager
 from lmserde.l2 import create_l2_adapter, load_sync, store_sync
+from lmserde.l2.serde.frame_keys import FRAME_KEY_OPTIONS
 from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
 from lmserde.memory import MemoryLayoutDesc, MemoryObj
 
@@ -72,7 +73,11 @@ def full_size_chunks(parts: Sequence[torch.Tensor], nbytes: int) -> list[torch.T
 
 
 def _mode_spec(adapter_spec: Mapping[str, Any], serde: Any, framed: bool) -> dict[str, Any]:
+    """The spec of one mode; a frame key (authenticated frames) applies to the framed one only."""
     spec = {**adapter_spec, "serde": serde, "serde_frame": framed}
+    if not framed:
+        for option in FRAME_KEY_OPTIONS:
+            spec.pop(option, None)
     if "base_path" in spec:
         spec["base_path"] = os.path.join(str(spec["base_path"]),
                                          "frame-framed" if framed else "frame-unframed")

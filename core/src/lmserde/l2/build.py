@@ -14,6 +14,8 @@ from lmserde.l2.discovery.registry import (
     get_l2_adapter_spec,
     get_registered_l2_adapter_types,
 )
+from lmserde.l2.serde.frame_keys import FRAME_KEY_OPTIONS, FrameKeyOptions, parse_frame_key_options
+from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.serde_build import ResolvedSerde, as_serde_config, resolve_serde
 from lmserde.spec import SerdeSizeContract
 
@@ -66,7 +68,7 @@ class AutoSerdeConfig:
 
 SerdeConfigValue = SerdeConfig | list[SerdeConfig] | AutoSerdeConfig
 #: Spec keys read by the serde wrapper, never passed to the adapter itself.
-_WRAPPER_KEYS = ("type", "serde", "serde_frame", "read_also")
+_WRAPPER_KEYS = ("type", "serde", "serde_frame", "read_also", *FRAME_KEY_OPTIONS)
 
 
 @dataclass
@@ -79,6 +81,8 @@ class L2AdapterConfig:
     stores raw serde bytes, for an L2 shared with LMCache processes. ``read_also`` (spec key
     ``"read_also"``) lists earlier serde configs (each one config or a chain) whose objects the
     wrapper still loads, as hits; new objects are written with ``serde_config`` alone.
+    ``frame_key`` (spec keys ``"frame_key_path"`` or ``"frame_keyring_path"``) makes the frame
+    authenticated (a keyed MAC per tenant, :mod:`lmserde.l2.serde.authenticated_frame`).
     """
 
     type: str
@@ -86,6 +90,7 @@ class L2AdapterConfig:
     serde_config: SerdeConfigValue | None = None
     serde_frame: bool = True
     read_also: list[SerdeConfigValue] = field(default_factory=list)
+    frame_key: FrameKeyOptions | None = None
 
 
 def parse_serde_config(value: Any) -> SerdeConfigValue:
@@ -190,7 +195,11 @@ def parse_l2_adapter_spec(spec: Mapping[str, Any]) -> L2AdapterConfig:
     if read_also and not frame:
         raise ValueError("'read_also' needs framed objects (the frame names the serde config "
                          "that wrote each object): remove 'serde_frame: false'")
-    return L2AdapterConfig(adapter_type, options, serde_config, frame, read_also)
+    frame_key = parse_frame_key_options(spec)
+    if frame_key is not None and (serde_config is None or not frame):
+        raise ValueError("'frame_key_path' / 'frame_keyring_path' authenticate the stored-object "
+                         "frame: they need a 'serde' and a framed adapter ('serde_frame' true)")
+    return L2AdapterConfig(adapter_type, options, serde_config, frame, read_also, frame_key)
 
 
 @dataclass(frozen=True)
@@ -310,9 +319,13 @@ def create_l2_adapter(
         )
     adapter_spec = get_l2_adapter_spec(config.type)
     options = adapter_spec.validate(config.type, config.options)
-    # the serde is looked up and validated before the adapter opens anything
+    # the serde is looked up and validated, and the frame key read, before the adapter opens
+    # anything
     resolved = resolve_serde_value(config.serde_config) if config.serde_config is not None else None
     resolved_read_also = [r for c in config.read_also for r in _read_configs(resolve_serde_value(c))]
+    frame_keys = config.frame_key.open() if config.frame_key is not None else None
+    hidden_names = (NameHider(frame_keys.names_key())
+                    if frame_keys is not None and config.frame_key.hide_names else None)
     adapter = _build_adapter(config.type, adapter_spec.factory, options, l1_manager)
     if resolved is None:
         return adapter
@@ -344,6 +357,7 @@ def create_l2_adapter(
             return SerdeL2AdapterWrapper(
                 adapter, processor, l1_manager, serde_type=serde_type, size_contract=contract,
                 frame=config.serde_frame, repair=repair, read_also=read_also,
+                frame_keys=frame_keys, hidden_names=hidden_names,
                 auto=AutoWrites(tuple(others), resolved.policy()))
         placement = declared_placement(resolved)  # the one decider: the serde spec's declaration
         processor, serde_type, contract = build_resolved_serde(resolved)
@@ -353,14 +367,18 @@ def create_l2_adapter(
             if read_also:
                 raise ValueError(f"'read_also' is not supported with a split-tier serde "
                                  f"('{serde_type}'): its V objects are read by the split tier")
+            if hidden_names is not None:
+                raise ValueError("option 'hide_names' is not supported on a split-tier serde "
+                                 "yet (its K side keeps real keys)")
 
             return create_split_tier_adapter(adapter, processor, l1_manager, serde_type=serde_type,
                                              size_contract=contract, frame=config.serde_frame,
-                                             repair=repair)
+                                             repair=repair, frame_keys=frame_keys)
         check_whole_object_slots(processor, serde_type)
         return SerdeL2AdapterWrapper(adapter, processor, l1_manager, serde_type=serde_type,
                                      size_contract=contract, frame=config.serde_frame,
-                                     repair=repair, read_also=read_also)
+                                     repair=repair, read_also=read_also, frame_keys=frame_keys,
+                                     hidden_names=hidden_names)
     except BaseException:
         owned = {id(p): p for p, _, _ in [*candidates, *read_also]}
         if processor is not None:

@@ -127,6 +127,9 @@ class GoldenCase:
     source is not kept: the decoded reference is). ``key_files``: file name -> bytes of test-only
     secrets the config names as ``"$GOLDEN_KEYS/<file>"``. ``frame``: the adapter spec's
     ``serde_frame`` (``False``: the serde's bytes alone, as LMCache stores them).
+    ``adapter_options``: further keys of the adapter spec that change the stored bytes (a frame
+    key: ``{"frame_key_path": "$GOLDEN_KEYS/<file>"}``); recorded only when given, so the
+    definitions of cases without them are unchanged.
     """
 
     name: str
@@ -137,6 +140,7 @@ class GoldenCase:
     key_files: Mapping[str, bytes] = field(default_factory=dict)
     frame: bool = True
     description: str = ""
+    adapter_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _CASE_NAME.match(self.name):
@@ -158,18 +162,27 @@ class GoldenCase:
                                  "a plain file name (letters, digits, '_', '.', '-')")
             if not isinstance(content, bytes):
                 raise TypeError(f"golden case {self.name!r}: key file {file_name!r} must be bytes")
-        missing = sorted(set(_key_file_refs(self.serde)) - set(self.key_files))
+        try:
+            json.dumps(dict(self.adapter_options), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"golden case {self.name!r}: adapter options must be JSON "
+                             f"({exc})") from None
+        refs = _key_file_refs(self.serde) + _key_file_refs(dict(self.adapter_options))
+        missing = sorted(set(refs) - set(self.key_files))
         if missing:
             raise ValueError(f"golden case {self.name!r}: its config names key file(s) {missing} "
                              f"that are not in key_files ({sorted(self.key_files)})")
 
     def definition(self) -> dict[str, Any]:
         """What the manifest records of this case (JSON; key files by SHA-256)."""
-        return json.loads(json.dumps({
+        definition = {
             "serde": self.serde,
             "frame": self.frame,
             "layout": layout_to_json(self.layout),
             "seed": self.seed,
             "key": key_to_json(self.key),
             "key_files": {n: sha256_hex(c) for n, c in sorted(self.key_files.items())},
-        }))
+        }
+        if self.adapter_options:
+            definition["adapter_options"] = dict(self.adapter_options)
+        return json.loads(json.dumps(definition))

@@ -70,9 +70,12 @@ def _private_keys(key_files: Mapping[str, bytes]) -> Iterator[Path]:
 
 
 @contextmanager
-def _tier(base: Path, serde: Any, frame: bool) -> Iterator[L2AdapterInterface]:
-    """An ``fs`` tier on ``base`` with ``serde``, its own L1 (never deleting what it refuses)."""
-    spec: dict[str, Any] = {"type": "fs", "base_path": str(base), "serde": serde}
+def _tier(base: Path, serde: Any, frame: bool, options: Mapping[str, Any] | None = None,
+          ) -> Iterator[L2AdapterInterface]:
+    """An ``fs`` tier on ``base`` with ``serde`` and further adapter ``options`` (a frame key),
+    its own L1 (never deleting what it refuses)."""
+    spec: dict[str, Any] = {"type": "fs", "base_path": str(base), "serde": serde,
+                            **(options or {})}
     if not frame:
         spec["serde_frame"] = False
     adapter = create_l2_adapter(spec, L1Manager(_L1_BYTES), repair=False)
@@ -124,7 +127,8 @@ def load_golden_object(definition: Mapping[str, Any], object_bytes: bytes, key_f
         base = Path(tmp) / "l2"
         base.mkdir()
         serde = substitute_key_dir(definition["serde"], keys)
-        with _tier(base, serde, bool(definition["frame"])) as adapter:
+        options = substitute_key_dir(definition.get("adapter_options", {}), keys)
+        with _tier(base, serde, bool(definition["frame"]), options) as adapter:
             reader, stored_key, out_layout = _stored_side(adapter, key, layout, v_key)
             name = key_file_name(stored_key)
             (base / (written_name or name)).write_bytes(object_bytes)
@@ -141,7 +145,8 @@ def store_golden_object(case: GoldenCase) -> tuple[bytes, str, ObjectKey, bool]:
         base = Path(tmp) / "l2"
         base.mkdir()
         serde = substitute_key_dir(case.serde, keys)
-        with _tier(base, serde, case.frame) as adapter:
+        options = substitute_key_dir(dict(case.adapter_options), keys)
+        with _tier(base, serde, case.frame, options) as adapter:
             split = isinstance(adapter, SplitTierL2Adapter)
             source = random_object(case.layout, case.seed)
             result = store_sync(adapter, [case.key], [source], timeout=GOLDEN_TIMEOUT_SECONDS)

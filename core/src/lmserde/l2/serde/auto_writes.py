@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from lmserde.adaptive import AutoPolicy
 from lmserde.base import SerdeProcessor
+from lmserde.l2.serde.frame_keys import FrameKeys
+from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.l2.serde.read_configs import ConfigReader, ReadAlsoSerde, config_reader, framer_for
 from lmserde.l2.serde.store_path import StoreWriter
 from lmserde.spec import SerdeSizeContract
@@ -93,20 +95,24 @@ class AutoWrites:
             return SerdeSizeContract.UPPER_BOUND
         return None
 
-    def readers(self, serde: SerdeProcessor, serde_type: str) -> list[ConfigReader]:
+    def readers(self, serde: SerdeProcessor, serde_type: str, frame_keys: FrameKeys | None = None,
+                hidden_names: NameHider | None = None) -> list[ConfigReader]:
         """One framed reader per candidate, labelled with its policy name (``serde`` is the
-        first candidate's processor, ``serde_type`` its type). ``ValueError`` when a
-        candidate's config cannot be had."""
+        first candidate's processor, ``serde_type`` its type), framed like the wrapper's own
+        (``frame_keys``, ``hidden_names``: see :func:`~lmserde.l2.serde.read_configs.framer_for`).
+        ``ValueError`` when a candidate's config cannot be had."""
         names = [c.name for c in self.policy.candidates]
         processors = [(serde, serde_type), *((p, t) for p, t, _ in self.candidates)]
-        return [config_reader(p, t, framer_for(p, t), label=name)
+        return [config_reader(p, t, framer_for(p, t, frame_keys, hidden_names), label=name)
                 for (p, t), name in zip(processors, names)]
 
     def writers(self, readers: Sequence[ConfigReader], first_contract: SerdeSizeContract,
                 head_last: bool) -> list[StoreWriter]:
         """A store writer per candidate over its reader's frame and shape; ``head_last``: the
-        inner adapter writes heads last (a checksummed frame is hashed while it writes)."""
+        inner adapter writes heads last (a frame that can defer its head is then finished
+        while it writes)."""
         contracts = [first_contract, *(c for _, _, c in self.candidates)]
         return [StoreWriter(r.serde, r.label, contract, r.framer,
-                            head_last and r.framer is not None and r.framer.checksum, r.shape)
+                            head_last and r.framer is not None and r.framer.defers_heads,
+                            r.shape)
                 for r, contract in zip(readers, contracts)]

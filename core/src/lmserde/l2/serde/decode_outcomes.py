@@ -4,6 +4,8 @@ The serde wrapper's load path hands the serde the payloads that passed their fra
 the serde reports per item, with whether the payload checksum confirmed, decides the key:
 
 - ``checksum``: the payload checksum (which ran while the serde decoded) failed — proven damage;
+- ``auth``: the authenticated frame's MAC (which ran while the serde decoded) did not verify —
+  not this reader's object (kept);
 - ``hit``: decoded, checksum confirmed;
 - ``foreign``: the deserializer raised :class:`~lmserde.ForeignObjectError` ("not mine to read");
 - ``unkeyed``: it raised :class:`~lmserde.UnkeyedObjectError` (its key was forgotten or retired);
@@ -25,20 +27,21 @@ __all__ = ["DECODE_OUTCOMES", "decode_outcome", "deserialize_errors", "payload_c
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
-DECODE_OUTCOMES = ("hit", "checksum", "foreign", "unkeyed", "decode", "kept")
+DECODE_OUTCOMES = ("hit", "checksum", "auth", "foreign", "unkeyed", "decode", "kept")
 
 
-def decode_outcome(error: BaseException | None, *, confirmed: bool, framed: bool) -> str:
+def decode_outcome(error: BaseException | None, *, confirmed: bool | str, framed: bool) -> str:
     """The outcome (one of :data:`DECODE_OUTCOMES`) of one decoded item.
 
     Framed, only a ``ValueError`` condemns the bytes — the deserializer contract's "these bytes
     are bad" (the frame already vouched for them: checksum, key, config); anything else is a
     failure of the serde or its environment, and deleting would wipe good objects for as long as
     it lasts. Unframed, nothing vouches for the bytes: every failed decode condemns them, except
-    the serde's explicit "not mine".
+    the serde's explicit "not mine". ``confirmed``: ``True``, or the reason the payload's
+    check refused it (``False``: ``checksum``).
     """
-    if not confirmed:
-        return "checksum"
+    if confirmed is not True:
+        return confirmed or "checksum"
     if error is None:
         return "hit"
     if isinstance(error, UnkeyedObjectError):
@@ -67,9 +70,9 @@ def deserialize_errors(serde: SerdeProcessor, serde_id: int, items: int
     return [None] * items if result else [NoItemError()] * items
 
 
-def payload_confirmed(task: WrapperTask, slot: int) -> bool:
-    """Wait for the slot's payload checksum (started when its frame was opened); ``False`` when
-    it does not match (logged)."""
+def payload_confirmed(task: WrapperTask, slot: int) -> bool | str:
+    """Wait for the slot's payload checksum or MAC (started when its frame was opened); ``True``
+    when it matches, else the reason it was refused for (``checksum``, ``auth``; logged)."""
     confirm = task.confirms[slot] if task.confirms else None
     if confirm is None:
         return True
@@ -78,5 +81,5 @@ def payload_confirmed(task: WrapperTask, slot: int) -> bool:
     except FrameRejected as exc:
         _log.warning("serde wrapper: stored object for key %s refused (%s)",
                      task.keys[task.positions[slot]].chunk_hash.hex(), exc)
-        return False
+        return exc.reason
     return True

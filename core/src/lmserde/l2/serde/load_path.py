@@ -415,7 +415,7 @@ class LoadPath:
         serialized = 0
         read_also_hits: dict[int, int] = {}
         missed: dict[str, list[ObjectKey]] = {"decode": [], "foreign": [], "unkeyed": [],
-                                              "checksum": [], "kept": []}
+                                              "checksum": [], "auth": [], "kept": []}
         last_error: BaseException | None = None
         for slot, error in zip(task.hit_slots, errors):
             outcome = decode_outcome(error, confirmed=payload_confirmed(task, slot),
@@ -427,7 +427,7 @@ class LoadPath:
                     read_also_hits[task.readers[slot]] = read_also_hits.get(
                         task.readers[slot], 0) + 1
                 continue
-            if outcome in ("checksum", "foreign", "unkeyed"):  # decoded from other bytes:
+            if outcome in ("checksum", "auth", "foreign", "unkeyed"):  # decoded from other bytes:
                 scrub_destination(task.dst_items[slot])  # never handed back
             missed[outcome].append(task.keys[task.positions[slot]])
             last_error = error if outcome == "kept" else last_error
@@ -454,6 +454,8 @@ class LoadPath:
             self._reject(task, "unkeyed", missed["unkeyed"])
         if corrupt:
             self._reject(task, "checksum", corrupt)
+        if missed["auth"]:  # the MAC did not verify: not this reader's object, left in place
+            self._reject(task, "auth", missed["auth"])
         self._temps.release_written(task.temp_keys)
         stage = "deserialize" if failed else ("verify" if task.rejected else None)
         self._finish(task, final, stage, serialized)

@@ -56,14 +56,16 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from lmserde.l2.serde.stored_frame import REJECT_REASONS
+
 __all__ = ["REJECTION_REASONS", "WrapperCollector", "register_wrapper", "unregister_wrapper",
            "PROMETHEUS_INSTALL_HINT"]
 
 _log = logging.getLogger(__name__)
 
-#: The rejection reasons a fail-closed wrapper reports (always exported once rejections are).
-REJECTION_REASONS = ("format", "checksum", "config", "key", "length", "layout", "decode", "foreign",
-                     "unkeyed")
+#: The rejection reasons a fail-closed wrapper reports (always exported once rejections are): the
+#: stored-object frame's refusal reasons, one list for both.
+REJECTION_REASONS = REJECT_REASONS
 
 PROMETHEUS_INSTALL_HINT = (
     "the Prometheus export needs prometheus_client: pip install 'lmserde[prometheus]'"

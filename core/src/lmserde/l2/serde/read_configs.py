@@ -23,6 +23,9 @@ from typing import Any
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.keys import ObjectKey
+from lmserde.l2.serde.authenticated_frame import AuthenticatedFramer
+from lmserde.l2.serde.frame_keys import FrameKeys
+from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.stored_frame import FrameRejected, ObjectFramer, stored_config_fingerprint
 from lmserde.layout import MemoryLayoutDesc
@@ -169,7 +172,7 @@ class ConfigReaders:
         except FrameRejected as exc:
             if exc.reason != "config" or len(self._readers) == 1:
                 raise
-            found = stored_config_fingerprint(buffer)
+            found = stored_config_fingerprint(buffer, framer.read_header)
             index = None if found is None else self._by_config.get(found)
             if not index:
                 raise
@@ -210,11 +213,16 @@ def _reports_payload_checksum(serde: SerdeProcessor) -> bool:
         return False
 
 
-def framer_for(serde: SerdeProcessor, serde_type: str) -> ObjectFramer:
-    """The frame codec of ``serde``'s configuration (its ``get_config()`` fingerprint; a payload
-    checksum unless the serde authenticates its output); ``ValueError`` when the processor's
-    config cannot be had (whatever it raised, contained)."""
+def framer_for(serde: SerdeProcessor, serde_type: str, frame_keys: FrameKeys | None = None,
+               hidden_names: NameHider | None = None) -> ObjectFramer:
+    """The frame codec of ``serde``'s configuration (its ``get_config()`` fingerprint): with
+    ``frame_keys`` the authenticated frame (version 2, a MAC instead of the checksum; hidden
+    names with ``hidden_names``), else version 1 with a payload checksum unless the serde
+    authenticates its output. ``ValueError`` when the processor's config cannot be had
+    (whatever it raised, contained)."""
     try:
+        if frame_keys is not None:
+            return AuthenticatedFramer(serde.get_config(), frame_keys, hidden_names)
         return ObjectFramer(serde.get_config(), checksum=not serde.authenticates_output())
     except BaseException as exc:
         if must_propagate(exc):
@@ -235,8 +243,11 @@ def config_reader(serde: SerdeProcessor, serde_type: str, framer: ObjectFramer |
 
 
 def read_also_readers(read_also: Sequence[ReadAlsoSerde], primary: ConfigReader,
+                      frame_keys: FrameKeys | None = None,
+                      hidden_names: NameHider | None = None,
                       writers: Sequence[ConfigReader] = ()) -> list[ConfigReader]:
-    """One reader per ``read_also`` configuration, beside ``primary`` (the wrapper's own).
+    """One reader per ``read_also`` configuration, beside ``primary`` (the wrapper's own), framed
+    like it (``frame_keys``, ``hidden_names``: see :func:`framer_for`).
 
     ``ValueError`` when ``primary`` does not frame (an unframed object names no configuration),
     or a configuration is ``primary``'s own. A label repeated (two ``fp8`` configs with other
@@ -250,7 +261,7 @@ def read_also_readers(read_also: Sequence[ReadAlsoSerde], primary: ConfigReader,
     readers: list[ConfigReader] = []
     labels = {primary.label, *(w.label for w in writers)}  # (auto: every candidate's)
     for processor, serde_type, _contract in read_also:
-        framer = framer_for(processor, serde_type)
+        framer = framer_for(processor, serde_type, frame_keys, hidden_names)
         if framer.config_id == primary.config_id:
             raise ValueError(f"'read_also' lists the current serde config ('{primary.label}'): "
                              "list only earlier configs")

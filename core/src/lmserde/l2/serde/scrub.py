@@ -51,7 +51,6 @@ from lmserde.l2.serde.stored_frame import (
     NOT_MINE_REASONS,
     FrameRejected,
     key_fingerprint,
-    parse_header,
     tensor_bytes,
 )
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
@@ -188,13 +187,18 @@ def check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     if not load_sync(wrapper.inner_adapter, [key], [buf]).test(0):
         return "missing", None
     try:
-        header = parse_header(tensor_bytes(buf.raw_data[:min(size, FRAME_HEADER_BYTES)]))
+        framer = wrapper.framer
+        assert framer is not None
+        header = framer.read_header(
+            tensor_bytes(buf.raw_data[:min(size, framer.header_bytes)]))
         index = wrapper.read_configs.index_of(header.config_fingerprint)
         if index is None:  # before anything this config judges
             return "config", None
         if header.key_fingerprint != key_fingerprint(key):
             return "key", None
         layout = header.layout()
+        if layout is None and header.authenticated:  # the MAC covers the layout in full
+            return "undecoded", None
         reader = wrapper.read_configs[index]
         assert reader.framer is not None
         bound = reader.shape.payload_bound(layout) if layout is not None else size
@@ -209,7 +213,8 @@ def check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
     if index >= wrapper.written_configs:  # not a config it writes (auto: any candidate)
         return "read_also", layout
     # no payload checksum: the serde authenticates the payload, which only a decode checks
-    return ("ok" if header.payload_checksum is not None else "unchecked"), layout
+    return ("ok" if header.payload_checksum is not None or header.authenticated
+            else "unchecked"), layout
 
 
 class _Rejections:

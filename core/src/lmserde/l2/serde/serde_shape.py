@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmserde.base import SerdeProcessor
-from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES, ObjectFramer
+from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 from lmserde.multi import GroupSlotView, layout_desc_to_group
@@ -52,7 +52,7 @@ class SerdeShape:
 
     def stored_bound(self, payload_bound: int) -> int:
         """Largest stored object for a serde bound: the frame header is added when framing."""
-        return payload_bound + (FRAME_HEADER_BYTES if self._framer is not None else 0)
+        return payload_bound + (self._framer.header_bytes if self._framer is not None else 0)
 
     def serialize_item(self, obj: MemoryObj, layout: MemoryLayoutDesc) -> Any:
         """What the serde serializes from: ``obj``, or its group slot views for a multi-input

@@ -33,6 +33,7 @@ from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
 from lmserde.l2.contract.task_queues import AdapterTaskQueues
 from lmserde.l2.serde.failure_streaks import FailureStreaks
+from lmserde.l2.serde.frame_keys import KeyNotHeld
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.serde_shape import SerdeShape
 from lmserde.l2.serde.stored_frame import ObjectFramer
@@ -61,9 +62,9 @@ StoreObserver = Callable[[int, int, int, float, float], None]
 @dataclass(frozen=True)
 class StoreWriter:
     """One serde configuration a store path writes with: its processor, its name in logs
-    (``serde_type``), its size contract, its frame codec (``None``: unframed), whether a
-    checksummed frame is hashed while the inner adapter writes (``head_last``), and its
-    bounds and item views (``shape``)."""
+    (``serde_type``), its size contract, its frame codec (``None``: unframed), whether its
+    frame's head is finished while the inner adapter writes (``head_last``), and its bounds
+    and item views (``shape``)."""
 
     serde: SerdeProcessor
     serde_type: str
@@ -195,6 +196,12 @@ class StorePath:
             return
         try:
             self._seal(task)
+        except KeyNotHeld as exc:  # a tenant the frame key has no key for: nothing is stored
+            _log.warning("serde wrapper: store task %d: no frame key: %s", task.task_id, exc)
+            task.settle_heads()
+            self._temps.release_written(task.temp_keys)
+            self._finish(task, L2StoreResult(False, 0), "frame_key")
+            return
         except ValueError as exc:
             _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
                          task.task_id, self._writers[task.writer].serde_type, exc)

@@ -21,9 +21,10 @@ raises :class:`FrameRejected` with a ``reason`` (:data:`REJECT_REASONS`); the wr
 into a miss for that key, and deletes the object only for a reason that proves it damaged
 (:data:`DAMAGE_REASONS`); an object another reader wrote (:data:`NOT_MINE_REASONS`) is left in
 place. The fingerprints detect accidents (a moved file, a changed config,
-bit rot), not an adversary who can rewrite the file: tenant isolation against tampering is the
-job of an authenticating serde (aesgcm frame v2), which is why such a serde may skip the
-payload checksum.
+bit rot), not an adversary who can rewrite the file: against tampering, an adapter's frame key
+makes the wrapper write the authenticated frame (version 2,
+:mod:`lmserde.l2.serde.authenticated_frame`), and an authenticating serde (aesgcm frame v2/v3)
+checks its own bytes, which is why such a serde may skip the payload checksum.
 
 XXH3-64 (the ``xxhash`` package, bindings of the reference C implementation) was chosen by
 measurement over CRC32C and CRC32: see ``docs/formats/stored-object.md``.
@@ -71,6 +72,7 @@ __all__ = [
     "FrameHeader",
     "config_fingerprint",
     "key_fingerprint",
+    "key_bytes",
     "encode_layout",
     "decode_layout",
     "payload_checksum",
@@ -92,9 +94,11 @@ FRAME_HEADER_BYTES = 64
 #: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode;
 #: ``foreign``: not an object this reader can read — no lmserde frame, another frame version, or
 #: key material the serde does not hold; ``unkeyed``: key material its key provider no longer holds,
-#: a forgotten tenant or a retired key version).
+#: a forgotten tenant or a retired key version; ``auth``: an authenticated frame's MAC does not
+#: verify under the frame key, or a frame lacks the MAC its reader's frame key requires — see
+#: :mod:`lmserde.l2.serde.authenticated_frame`).
 REJECT_REASONS = ("format", "length", "config", "key", "layout", "checksum", "decode", "foreign",
-                  "unkeyed")
+                  "unkeyed", "auth")
 
 #: Refusals that prove the object damaged: a header that fails its own checksum or is cut short,
 #: a payload of another length than its header says, a payload checksum mismatch, bytes the serde
@@ -104,7 +108,9 @@ DAMAGE_REASONS = frozenset({"format", "length", "checksum", "decode"})
 #: Refusals that say "not mine": the object may be intact and another reader's (another serde
 #: configuration, key, layout, frame version or key material). A miss, never a deletion; a
 #: store of the key replaces it (:mod:`lmserde.l2.contract.replacing_store`).
-NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign", "unkeyed"})
+#: ``auth`` is one of them: a MAC that does not verify cannot tell bit rot from a forgery or from
+#: a genuine object written under another frame key of the same version number.
+NOT_MINE_REASONS = frozenset({"config", "key", "layout", "foreign", "unkeyed", "auth"})
 assert set(REJECT_REASONS) == DAMAGE_REASONS | NOT_MINE_REASONS
 assert not DAMAGE_REASONS & NOT_MINE_REASONS
 
@@ -147,6 +153,8 @@ class FrameHeader:
     key_fingerprint: int
     layout_field: bytes  # inline layout encoding, or the 8-byte digest of it
     layout_inline: bool
+    #: An authenticated frame (version 2): its MAC, checked on open, covers the payload.
+    authenticated: bool = False
 
     def layout(self) -> MemoryLayoutDesc | None:
         """The object's layout when it was stored inline, else ``None``."""
@@ -163,17 +171,21 @@ def config_fingerprint(config: Mapping[str, Any]) -> int:
     return xxh3_64(_canonical_json(config))
 
 
-def key_fingerprint(key: ObjectKey) -> int:
-    """Fingerprint of every field of ``key`` (length-prefixed, so fields cannot run together)."""
+def key_bytes(key: ObjectKey) -> bytes:
+    """Every field of ``key``, length-prefixed so that fields cannot run together."""
     model = key.model_name.encode("utf-8", "surrogatepass")
     salt = key.cache_salt.encode("utf-8", "surrogatepass")
-    packed = b"".join((
+    return b"".join((
         struct.pack("<I", len(key.chunk_hash)), key.chunk_hash,
         struct.pack("<I", len(model)), model,
         struct.pack("<qQ", key.kv_rank, key.object_group_id),
         struct.pack("<I", len(salt)), salt,
     ))
-    return xxh3_64(packed)
+
+
+def key_fingerprint(key: ObjectKey) -> int:
+    """Fingerprint of every field of ``key`` (XXH3-64 of :func:`key_bytes`)."""
+    return xxh3_64(key_bytes(key))
 
 
 def _varint(n: int) -> bytes:
@@ -336,16 +348,19 @@ def check_header(
             f"can write for this layout ({payload_bound})")
 
 
-def stored_config_fingerprint(buffer: MemoryObj) -> int | None:
+def stored_config_fingerprint(buffer: MemoryObj,
+                              read_header: Callable[[bytes], FrameHeader] = parse_header,
+                              ) -> int | None:
     """The config fingerprint the frame header at the start of ``buffer`` names (which serde
-    configuration wrote the object), or ``None`` when ``buffer`` holds no header of this frame
-    version that passes its own checksum. Only the header is read; nothing is vouched for the
-    payload. The one place a reader peeks at a header to choose among configurations
-    (:mod:`lmserde.l2.serde.read_configs`)."""
+    configuration wrote the object), or ``None`` when ``buffer`` holds no header that
+    ``read_header`` (a framer's :meth:`ObjectFramer.read_header`: this frame version's parser by
+    default) accepts. Only the first 64 header bytes are read (every frame version keeps the
+    fingerprint there); nothing is vouched for the payload. The one place a reader peeks at a
+    header to choose among configurations (:mod:`lmserde.l2.serde.read_configs`)."""
     if buffer.get_size() < FRAME_HEADER_BYTES:
         return None
     try:
-        return parse_header(_get_header(buffer.raw_data)).config_fingerprint
+        return read_header(_get_header(buffer.raw_data)).config_fingerprint
     except FrameRejected:
         return None
 
@@ -436,11 +451,11 @@ class PendingHeader:
     """A frame header that :meth:`finish_head` writes once its payload checksum is ready (a
     :class:`~lmserde.l2.contract.head_last.DeferredHead`)."""
 
-    head_bytes = FRAME_HEADER_BYTES
-
-    def __init__(self, checksum: Callable[[], int], write: Callable[[int], None]) -> None:
+    def __init__(self, checksum: Callable[[], Any], write: Callable[[Any], None], *,
+                 head_bytes: int = FRAME_HEADER_BYTES) -> None:
         self._checksum = checksum
         self._write = write
+        self.head_bytes = head_bytes
 
     def finish_head(self) -> None:
         """Wait for the payload checksum and write the header into the buffer."""
@@ -464,6 +479,8 @@ class ObjectFramer:
     """
 
     _LAYOUT_CACHE_LIMIT = 256
+    #: Bytes in front of the payload (the payload's offset in a stored object).
+    header_bytes = FRAME_HEADER_BYTES
 
     def __init__(self, config: Mapping[str, Any], *, checksum: bool) -> None:
         self.config_id = config_fingerprint(config)
@@ -478,6 +495,21 @@ class ObjectFramer:
                 self._layouts.clear()
             field = self._layouts[layout] = layout_field(layout)
         return field
+
+    @property
+    def defers_heads(self) -> bool:
+        """Whether the header waits for a pass over the payload (:meth:`seal_deferred` applies:
+        an adapter that writes heads last overlaps that pass with its write)."""
+        return self.checksum
+
+    def read_header(self, header: bytes | memoryview) -> FrameHeader:
+        """Parse the header at the start of a stored object (:func:`parse_header`)."""
+        return parse_header(header)
+
+    def describe(self) -> str:
+        """The frame mode, for status reports: ``"plain"`` (checksummed header and payload, no
+        key) or ``"plain, payload checksum left to the serde"``."""
+        return "plain" if self.checksum else "plain, payload checksum left to the serde"
 
     def check_layout(self, layout: MemoryLayoutDesc) -> None:
         """Raise ``ValueError`` when ``layout`` cannot be framed (unknown dtype, > 255 groups)."""
@@ -592,8 +624,12 @@ class ObjectFramer:
         hashing = (expected is not None and serde_hashes
                    and size - FRAME_HEADER_BYTES > CHECKSUM_SEGMENT_BYTES)
         view = self._views.view(buffer, FRAME_HEADER_BYTES, size, hashing=hashing)
-        if expected is None:  # the writer's serde authenticates its bytes (same config: ours too);
-            return view, _confirmed  # the header checksum covers this flag
+        if expected is None:
+            if self.checksum:  # this config always writes one: a frame without it is not its own
+                raise FrameRejected("checksum", "the frame carries no payload checksum, which "
+                                    "this serde configuration always writes")
+            # the writer's serde authenticates its bytes (same config: ours too)
+            return view, _confirmed
         payload = view.raw_data
         if hashing:
 

@@ -37,22 +37,28 @@ from lmserde.l2.contract.inner_delegation import (
 )
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
+from lmserde.l2.serde.authenticated_frame import (
+    AUTH_HEADER_BYTES,
+    KEY_RECORD_REGION,
+    AuthenticatedFramer,
+)
 from lmserde.l2.serde.auto_writes import AutoWrites
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
+from lmserde.l2.serde.frame_keys import FrameKeys
+from lmserde.l2.serde.hidden_names import NameHider
+from lmserde.l2.serde.hidden_names_adapter import HiddenNamesAdapter
 from lmserde.l2.serde.load_path import LoadPath
 from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.read_configs import (
     ConfigReaders,
     ReadAlsoSerde,
-    config_reader,
-    framer_for,
-    read_also_readers,
 )
-from lmserde.l2.serde.store_path import StorePath, StoreWriter
+from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
 from lmserde.l2.serde.temporaries import L1_WRITE_TAG, Temporaries
+from lmserde.l2.serde.wrapper_configs import resolve_size_contract, wrapper_configs
 from lmserde.l2.serde.wrapper_task import UnfinishedTask
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
@@ -67,17 +73,6 @@ UPPER_BOUND_PAIRING_ERROR = (
     "Upper-bound serde output requires the filesystem adapter's actual-used-length load "
     "contract; unsupported pairing(s): "
 )
-
-
-def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
-    if serde.size_contract is not None:
-        return serde.size_contract
-    try:
-        from lmserde.registry import get_serde_size_contract
-
-        return get_serde_size_contract(serde_type)
-    except Exception:  # unknown type: the conservative contract
-        return SerdeSizeContract.UPPER_BOUND
 
 
 class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
@@ -95,6 +90,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     ``authenticates_output()``) followed by the serde's bytes. ``frame=False`` stores the serde's
     bytes alone, as LMCache does — for an L2 shared with LMCache processes; it gives up the
     detection of corrupted, moved and foreign objects for serdes without their own checks.
+    ``frame_keys`` (adapter option ``frame_key_path`` or ``frame_keyring_path``) makes it the
+    authenticated frame (version 2, :mod:`~lmserde.l2.serde.authenticated_frame`): a keyed MAC
+    per tenant over header, key, config, layout and payload instead of the checksum; frames
+    without a valid MAC are misses (``auth``). It needs ``frame=True``. ``hidden_names``
+    (adapter option ``hide_names``, needs ``frame_keys``) stores every object under a keyed hash
+    of its key (:class:`~lmserde.l2.serde.hidden_names_adapter.HiddenNamesAdapter` over
+    ``inner``; ``inner_adapter`` is then that layer), with the real key encrypted in the frame.
 
     A serialize result is checked before anything is written: the serde must have written at most
     its estimate, and exactly its estimate under an ``EXACT`` size contract.
@@ -126,14 +128,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     for a configuration listed twice or equal to ``serde``. Their processors are owned by the
     wrapper and closed with it, under the same bound.
 
-    ``auto`` (:class:`~lmserde.l2.serde.auto_writes.AutoWrites`): the ``auto`` serde; ``serde``
-    is then its first candidate and ``serde_type`` that candidate's type. Each store task is
-    serialized by the candidate the policy picks and framed with that candidate's config, each
-    load decoded by the candidate its frame names (the candidates read first, then
-    ``read_also``); the policy hears what every store and decoded load took. Needs framing and
-    an adapter that reports stored sizes (``ValueError`` otherwise). ``serde_type`` (the
-    attribute, events, metrics) is then ``auto``, and ``report_status()["serde_auto"]`` is the
-    policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
+    ``auto`` (:class:`~lmserde.l2.serde.auto_writes.AutoWrites`): serde ``auto``, ``serde`` its
+    first candidate (``serde_type`` that one's type): each store task is written by the candidate
+    its policy picks, framed with that candidate's config; loads decode any candidate. It needs
+    framing and stored sizes (``ValueError``); ``serde_type`` is then ``auto``, and
+    ``report_status()["serde_auto"]`` the policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
 
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed``,
@@ -155,14 +154,24 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         frame: bool = True,
         repair: bool = True,
         read_also: Sequence[ReadAlsoSerde] = (),
+        frame_keys: FrameKeys | None = None,
+        hidden_names: NameHider | None = None,
         auto: AutoWrites | None = None,
     ) -> None:
+        if hidden_names is not None:
+            if frame_keys is None or not frame:
+                raise ValueError("hide_names needs a frame key (frame_key_path): the real key "
+                                 "travels in the authenticated frame")
+            inner_adapter = HiddenNamesAdapter(
+                inner_adapter, hidden_names,
+                lambda head, hidden: self._auth_framer().read_key_record(head, hidden),
+                AUTH_HEADER_BYTES + KEY_RECORD_REGION)
         self._serde = serde
         self._l1 = l1_manager
         self._auto = auto
         self.serde_type = first_type = serde_type or serde.serde_type or type(serde).__name__
         self.size_contract = first_contract = (size_contract
-                                               or _resolve_size_contract(serde, first_type))
+                                               or resolve_size_contract(serde, first_type))
         reports_sizes = adapter_reports_sizes(inner_adapter)
         if auto is not None:
             auto.check_adapter(frame, reports_sizes)
@@ -176,29 +185,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        self._framer = framer_for(serde, first_type) if frame else None
-        checksummed = self._framer is not None and self._framer.checksum
-        own = ([config_reader(serde, first_type, self._framer)] if auto is None
-               else auto.readers(serde, first_type))
-        primary = own[0]
-        if read_also and not reports_sizes:
-            raise ValueError(
-                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
-                f"redis, s3): '{backend}' does not, and a load must size its buffer to "
-                "the object whichever config wrote it")
-        self._own_count = len(own)  # the readers of the configs it writes, then read_also
-        self._readers = ConfigReaders([*own, *read_also_readers(read_also, primary, own)])
-        read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
-        write_fds = [r.serde.get_serialize_event_fd() for r in own[1:]]
-        watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
-                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
-                       *read_fds, *write_fds}
-        if len(watched_fds) != 4 + len(read_fds) + len(write_fds):
-            raise ValueError(
-                "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
-                "must be four distinct file descriptors"
-                + (", and each read_also serde's deserialize fd another one" if read_fds else "")
-            )
+        configs = wrapper_configs(
+            serde, first_type, first_contract, frame=frame, frame_keys=frame_keys,
+            hidden_names=hidden_names, read_also=read_also, auto=auto,
+            reports_sizes=reports_sizes, backend=backend,
+            head_last=adapter_writes_head_last(inner_adapter))
+        self._framer, self._readers = configs.framer, configs.readers
+        self._own_count = configs.written  # the readers of the configs it writes, then read_also
+        read_fds, write_fds = configs.event_fds(inner_adapter)  # ValueError unless distinct
         # A framed tier heals on store: an object that does not verify, or that another config
         # or key wrote, is replaced by the next store of its key (not skipped as existing).
         self._replacing_stores = self._framer is not None and enable_replacing_stores(inner_adapter)
@@ -206,16 +200,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         self._streaks = FailureStreaks()
         load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         super().__init__(inner_adapter, "serde-l2-wrapper")  # opens the queues' fds
-        shape = primary.shape
         temporaries = Temporaries(l1_manager)
-        self._shape = shape
-        # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
-        head_last = adapter_writes_head_last(inner_adapter)
-        writers = ([StoreWriter(serde, first_type, first_contract, self._framer,
-                                checksummed and head_last, shape)] if auto is None
-                   else auto.writers(own, first_contract, head_last))
+        self._shape = self._readers.primary.shape
         self._stores = StorePath(
-            writers=writers, serde_type=self.serde_type, inner=inner_adapter,
+            writers=configs.writers, serde_type=self.serde_type, inner=inner_adapter,
             temporaries=temporaries, queues=self._queues, metrics=self._metrics,
             streaks=self._streaks, choose=None if auto is None else auto.policy.decide,
             on_stored=None if auto is None else auto.observe_store)
@@ -231,7 +219,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
                                                                   reason, keys),
-            on_loaded=None if auto is None else auto.observe_load, written_configs=len(own))
+            on_loaded=None if auto is None else auto.observe_load, written_configs=configs.written)
         self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
                      inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
                      inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
@@ -254,6 +242,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     def framed(self) -> bool:
         """Whether stored objects carry the stored-object frame."""
         return self._framer is not None
+
+    def _auth_framer(self) -> AuthenticatedFramer:
+        framer = self._framer
+        assert isinstance(framer, AuthenticatedFramer)
+        return framer
 
     @property
     def framer(self) -> ObjectFramer | None:
@@ -336,6 +329,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             "serde_wrapped": True, "serde_type": self.serde_type,
             "serde_size_contract": self.size_contract.value,
             "serde_framed": self._framer is not None,
+            "serde_frame_mode": "unframed" if self._framer is None else self._framer.describe(),
             "serde_read_also": self._readers.labels[self._own_count:],
             **({} if self._auto is None else {"serde_auto": self._auto.policy.snapshot()}),
             "serde_replacing_stores": self._replacing_stores,

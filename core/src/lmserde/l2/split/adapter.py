@@ -55,6 +55,7 @@ from lmserde.l2.contract.coordinating_adapter import CoordinatingAdapter
 from lmserde.l2.contract.inner_delegation import InnerBackendDelegation
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.store_result import L2StoreResult
+from lmserde.l2.serde.frame_keys import FrameKeys
 from lmserde.l2.serde.wrapper import SerdeL2AdapterWrapper
 from lmserde.l2.split.accounting import SplitTierAccounting
 from lmserde.l2.split.generation import GenerationSource, derive_v_child_key, parse_v_child_key
@@ -339,6 +340,7 @@ def create_split_tier_adapter(
     k_child_max_slots: int = DEFAULT_K_CHILD_MAX_SLOTS,
     manifest: SplitTierManifest | None = None,
     generation_source: Callable[[], bytes] | None = None,
+    frame_keys: FrameKeys | None = None,
 ) -> SplitTierL2Adapter:
     """A :class:`SplitTierL2Adapter` storing V through ``processor`` into ``inner``.
 
@@ -349,7 +351,8 @@ def create_split_tier_adapter(
     an upper-bound serde on an adapter that cannot report stored sizes is refused there.
     ``generation_source`` makes the store generations (default: a
     :class:`~lmserde.l2.split.generation.GenerationSource` with a random host id); each call
-    must return 16 bytes never returned before by any source sharing the L2 tier.
+    must return 16 bytes never returned before by any source sharing the L2 tier. ``frame_keys``
+    makes the V side's frames authenticated (see :class:`SerdeL2AdapterWrapper`).
     """
     slots = split_slots(processor, serde_type)
     if not isinstance(k_child_max_slots, int) or isinstance(k_child_max_slots, bool) \
@@ -358,7 +361,7 @@ def create_split_tier_adapter(
     check_l1_free(l1_manager)
     wrapper = SerdeL2AdapterWrapper(inner, VHalfProcessor(processor, slots.v_mapping), l1_manager,
                                     serde_type=serde_type, size_contract=size_contract,
-                                    frame=frame, repair=repair)
+                                    frame=frame, repair=repair, frame_keys=frame_keys)
     try:
         return SplitTierL2Adapter(wrapper, l1_manager, slots, manifest=manifest,
                                   k_child_max_slots=k_child_max_slots,
