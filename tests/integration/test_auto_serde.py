@@ -430,3 +430,25 @@ def test_lmserde_info_auto_lists_its_options(capsys: pytest.CaptureFixture[str])
     assert set(options) == {"candidates", "attention_errors", "window", "loads_per_store",
                             "hysteresis", "confirm", "explore_every", "warmup", "seed",
                             "max_attention_error"}
+
+
+def test_auto_with_an_authenticated_frame_hides_names_and_reads_every_candidate(
+        tmp_path: Path, cache: Cache) -> None:
+    from lmserde.tenant_keys import write_master_key
+
+    key_file = str(write_master_key(tmp_path / "frame.key"))
+    base = tmp_path / "tier"
+    spec = {"type": "fs", "base_path": str(base), "serde": _auto([IDENTITY, ZSTD]),
+            "frame_key_path": key_file, "hide_names": True}
+    keys = [key_of(i, salt="auth") for i in range(4)]
+    objects = [_object(800 + i) for i in range(4)]
+    with create_l2_adapter(spec, cache.l1) as wrapper:
+        for key, obj in zip(keys, objects):  # warm-up turns: both candidates write
+            assert cache.store(wrapper, [key], [obj]).is_successful()
+        assert wrapper.report_status()["serde_auto"]["choices"] == {"identity": 2, "zstd": 2}
+    assert not any((base / key_file_name(k)).exists() for k in keys)  # names hidden
+    with create_l2_adapter(spec, cache.l1) as wrapper:  # a new process: the frame says who wrote
+        hits, data = cache.load(wrapper, keys, [KV] * 4)
+        assert wrapper.metrics()["rejections"] == {}
+    assert hits.to_list() == [True] * 4
+    assert all(torch.equal(d, _bytes(o)) for d, o in zip(data, objects))
