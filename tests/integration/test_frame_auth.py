@@ -6,8 +6,9 @@ checksum; a plain frame's payload checksum stays right since the payload is unch
 plain frame that is a hit; under an authenticated frame it is a miss, reason ``auth``, for every
 shipped serde and chain, the forged object left in place (not provably damage) and the genuine
 one still hitting. Also: a frame lacking the protection its reader's config requires is refused
-(a plain frame under a frame key; a cleared checksum flag), key versions the ring does not hold
-are ``foreign``, and the options are validated at config time.
+(a plain frame under a frame key; a cleared checksum flag), a tenant the ring does not hold is
+``unkeyed`` and a key version newer than it holds ``foreign``, and the options are validated at
+config time.
 """
 
 from __future__ import annotations
@@ -294,14 +295,15 @@ def test_keyring_versions_tenants_and_unknown_keys(tmp_path: Path, l1: L1Manager
     wrapper = _adapter(base, {"type": "fp8"}, l1, frame_keyring_path=str(ring))
     try:
         assert cache.load(wrapper, [a, b], [KV, KV])[0].to_list() == [True, False]
-        assert _rejections(wrapper) == {"foreign": 1}
+        assert _rejections(wrapper) == {"unkeyed": 1}  # its key is gone: scrub may reclaim it
         assert (base / key_file_name(b)).exists()  # not ours to read, not damage
         assert cache.store(wrapper, [a], objects_for(KV, 1)).is_successful()
         assert struct.unpack_from("<I", (base / key_file_name(a)).read_bytes(), 16)[0] == 2
     finally:
         wrapper.close()
     doc = json.loads(ring.read_text())
-    del doc["tenants"]["tenant-a"]["keys"]["2"]  # v2 retired by mistake: its frames are foreign
+    # v2 removed by mistake: newer than every version held (as if not yet distributed): foreign
+    del doc["tenants"]["tenant-a"]["keys"]["2"]
     doc["tenants"]["tenant-a"]["current"] = 1
     _private_file(ring, json.dumps(doc).encode())
     wrapper = _adapter(base, {"type": "fp8"}, l1, frame_keyring_path=str(ring))
@@ -330,6 +332,15 @@ BAD_SPECS: dict[str, tuple[Callable[[str], Spec], str]] = {
                      "option 'frame_key_path': cannot open"),
     "unframed": (lambda k: {"frame_key_path": k, "serde_frame": False}, "framed adapter"),
     "keyring-is-not-one": (lambda k: {"frame_keyring_path": k}, "option 'frame_keyring_path'"),
+    "interval-without-keyring": (lambda k: {"frame_key_path": k,
+                                            "frame_keyring_reload_interval_s": 1},
+                                 "only applies with 'frame_keyring_path'"),
+    "interval-negative": (lambda k: {"frame_keyring_path": k,
+                                     "frame_keyring_reload_interval_s": -1},
+                          "'frame_keyring_reload_interval_s' must be a number of seconds"),
+    "interval-not-a-number": (lambda k: {"frame_keyring_path": k,
+                                         "frame_keyring_reload_interval_s": "5"},
+                              "'frame_keyring_reload_interval_s' must be a number of seconds"),
 }
 
 

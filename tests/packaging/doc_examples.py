@@ -1,5 +1,5 @@
-"""Runnable examples in the docs: a fenced ``python`` block right after ``<!-- example: NAME ... -->``,
-and the fenced ``sh`` blocks of a README."""
+"""Runnable examples in the docs: a fenced ``python`` block (or, for a configuration, ``json``) right
+after ``<!-- example: NAME ... -->``, and the fenced ``sh`` blocks of a README."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-_BLOCK = r"<!-- example: {name}\b[^>]*-->\s*```python\n(.*?)\n```"
+_BLOCK = r"<!-- example: {name}\b[^>]*-->\s*```{lang}\n(.*?)\n```"
 
 
-def doc_example(relative_path: str, name: str) -> str:
-    """The source of example ``name`` in ``relative_path`` (``LookupError`` when it is missing)."""
+def doc_example(relative_path: str, name: str, lang: str = "python") -> str:
+    """The source of example ``name`` (a fenced ``lang`` block) in ``relative_path``
+    (``LookupError`` when it is missing)."""
     text = (REPO / relative_path).read_text(encoding="utf-8")
-    match = re.search(_BLOCK.format(name=re.escape(name)), text, re.DOTALL)
+    match = re.search(_BLOCK.format(name=re.escape(name), lang=re.escape(lang)), text, re.DOTALL)
     if match is None:
         raise LookupError(f"{relative_path} has no example '{name}'")
     return match.group(1) + "\n"

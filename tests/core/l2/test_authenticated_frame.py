@@ -136,7 +136,10 @@ def test_refusals() -> None:
     assert _reason(v1) == "auth"  # a plain frame where the key requires a MAC
 
 
-def test_an_unknown_key_version_is_foreign() -> None:
+def test_withdrawn_keys_are_unkeyed_and_a_newer_version_foreign() -> None:
+    """A tenant the ring does not hold, or a version older than those it holds (retired), is
+    ``unkeyed`` (scrub --delete-unkeyed reclaims it); a version newer than every one held (not
+    yet distributed) is ``foreign``."""
     ring = Keyring().with_new_version("tenant", ROOT)
     keyed = AuthenticatedFramer(CONFIG, FrameKeys(KeyringKeyProvider(ring), "keyring"))
     stored = _sealed(PAYLOAD, framer=keyed)
@@ -144,7 +147,17 @@ def test_an_unknown_key_version_is_foreign() -> None:
     assert _open(stored, framer=keyed) == PAYLOAD
     empty = AuthenticatedFramer(CONFIG, FrameKeys(KeyringKeyProvider(
         Keyring().with_new_version("someone-else", ROOT)), "keyring"))
-    assert _reason(stored, framer=empty) == "foreign"
+    assert _reason(stored, framer=empty) == "unkeyed"
+    rotated = ring.with_new_version("tenant", bytes(range(32, 64)))
+    newer = AuthenticatedFramer(CONFIG, FrameKeys(KeyringKeyProvider(rotated), "keyring"))
+    stored_v2 = _sealed(PAYLOAD, framer=newer)
+    assert struct.unpack_from("<I", stored_v2, 16)[0] == 2
+    assert _open(stored, framer=newer) == PAYLOAD  # v1 still reads after the rotation
+    assert _reason(stored_v2, framer=keyed) == "foreign"  # v2 not yet here
+    retired = AuthenticatedFramer(CONFIG, FrameKeys(KeyringKeyProvider(
+        rotated.without_versions("tenant", [1])), "keyring"))
+    assert _reason(stored, framer=retired) == "unkeyed"
+    assert _open(stored_v2, framer=retired) == PAYLOAD
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +29,7 @@ from lmserde.l1 import L1Manager
 from lmserde.l2 import FRAME_HEADER_BYTES, create_l2_adapter, key_file_name, load_sync, store_sync
 from lmserde.tenant_keys import read_keyring_file
 from lmserde_aesgcm import derive_key, frame_v3
+from second_reader import read_across_a_change
 
 SHAPE = [2, 4, 16, 64]
 NBYTES = 2 * 4 * 16 * 64 * 2
@@ -133,44 +131,10 @@ def test_a_second_process_picks_up_forget_without_a_restart(tmp_path: Path, wrap
                                                             ring: Path) -> None:
     _store(wrapper, ALICE[:1])
     _store(wrapper, BOB[:1], seed=10)
-    reader = textwrap.dedent(f"""
-        import json, sys, time, torch
-        from lmserde import MemoryLayoutDesc, ObjectKey, TensorMemoryObj
-        from lmserde.l1 import L1Manager
-        from lmserde.l2 import create_l2_adapter, load_sync
-        spec = json.loads(sys.argv[1])
-        keys = [ObjectKey(bytes.fromhex(h), m, r, g, s) for h, m, r, g, s in json.loads(sys.argv[2])]
-        adapter = create_l2_adapter(spec, L1Manager(64 << 20))
-        layout = MemoryLayoutDesc([{SHAPE}], [torch.bfloat16])
-        def hits():
-            outs = [TensorMemoryObj.allocate(layout) for _ in keys]
-            bitmap = load_sync(adapter, keys, outs)
-            return [bitmap.test(i) for i in range(len(keys))]
-        print("ready", hits(), flush=True)
-        sys.stdin.readline()  # the parent forgot alice
-        deadline = time.monotonic() + 10
-        while hits() != [False, True] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        print("after", hits(), flush=True)
-        adapter.close()
-    """)
-    keys = [[k.chunk_hash.hex(), k.model_name, k.kv_rank, k.object_group_id, k.cache_salt]
-            for k in (ALICE[0], BOB[0])]
-    child = subprocess.Popen(
-        [sys.executable, "-c", reader, json.dumps(_spec(tmp_path / "l2", ring)),
-         json.dumps(keys)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip().split(maxsplit=1) == ["ready", "[True, True]"]
-        assert main(["tenant", "forget", str(ring), "alice"]) == 0
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip().split(maxsplit=1) == ["after", "[False, True]"]
-        assert child.wait(timeout=30) == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    before, after, _reasons = read_across_a_change(
+        _spec(tmp_path / "l2", ring), [ALICE[0], BOB[0]], LAYOUT,
+        lambda: main(["tenant", "forget", str(ring), "alice"]), [False, True])
+    assert (before, after) == ([True, True], [False, True])
 
 
 def test_scrub_reclaims_forgotten_objects_only_with_the_flag(

@@ -26,7 +26,9 @@ class CoordinatingAdapter(QueuedResults, L2AdapterInterface):
     """Base of an adapter that runs its tasks through other components and completes them on
     its own queues (see the module docstring).
 
-    ``inner`` is the adapter it wraps (``self._inner``; its capacity is this adapter's);
+    ``inner`` is the adapter it wraps (``self._inner``; its capacity is this adapter's; mix in
+    :class:`~lmserde.l2.contract.inner_delegation.InnerBackendDelegation` before this base for
+    ``inner_adapter``, ``adapter_type`` and the backend's description);
     ``thread_name`` names the poll thread. A subclass builds its components (opening nothing
     before its own checks passed, since this constructor opens the queues' fds), then calls
     :meth:`_watch` once with each component fd and its drain, and in ``close()`` calls
@@ -46,16 +48,6 @@ class CoordinatingAdapter(QueuedResults, L2AdapterInterface):
         for fd, drain in drains.items():
             self._loop.add_fd(fd, drain)
         self._loop.start()
-
-    @property
-    def inner_adapter(self) -> L2AdapterInterface:
-        """The adapter this one wraps."""
-        return self._inner
-
-    @property
-    def adapter_type(self) -> str:  # type: ignore[override]
-        """The inner adapter's ``type`` name (its class name when it has none)."""
-        return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
 
     @property
     def closed(self) -> bool:

@@ -53,8 +53,9 @@ def adapter_sizes_are_local(adapter: Any) -> bool:
 
 
 class InnerBackendDelegation:
-    """Mixin: what describes the storage behind an adapter goes to ``_inner`` — usage, whether
-    it reports (local) object sizes, global eviction and the backend identity.
+    """Mixin: what describes the storage behind an adapter goes to ``_inner`` — the wrapped
+    adapter itself (``inner_adapter``) and its ``adapter_type``, usage, whether it reports
+    (local) object sizes, global eviction and the backend identity.
 
     For a wrapping adapter that maps keys or runs its own lookups (the split tier); one that
     changes neither uses :class:`InnerAdapterDelegation`. Put it before ``L2AdapterInterface``
@@ -62,6 +63,16 @@ class InnerBackendDelegation:
     """
 
     _inner: L2AdapterInterface
+
+    @property
+    def inner_adapter(self) -> L2AdapterInterface:
+        """The adapter this one wraps."""
+        return self._inner
+
+    @property
+    def adapter_type(self) -> str:
+        """The inner adapter's ``type`` name (its class name when it has none)."""
+        return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
 
     def reports_object_sizes(self) -> bool:
         return adapter_reports_sizes(self._inner)

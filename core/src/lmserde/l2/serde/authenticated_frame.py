@@ -51,8 +51,10 @@ AES-GMAC was chosen by measurement (``benchmarks/mac_candidates.py``;
 
 Refusals, in order: a header cut short or failing its own checksum (``format``) or of another
 length than stored (``length``) is damage, as in version 1; no lmserde magic, another frame
-version, unknown flags, suite or reserved bytes, or a key version the frame key does not hold for
-the tenant (forgotten, retired, not yet distributed) is ``foreign``; another config, key or
+version, unknown flags, suite or reserved bytes, or a key version newer than every one the
+frame key holds for the tenant (not yet distributed) is ``foreign``; a tenant or key version the
+frame key does not (or no longer) hold (forgotten, retired) is ``unkeyed``, which ``lmserde scrub
+--delete-unkeyed`` reclaims; another config, key or
 layout is ``config``/``key``/``layout``; a version-1 (unauthenticated) frame, or a MAC that does
 not verify, is ``auth``. ``auth`` is "not mine" (kept; the next store of the key replaces it): a
 failed MAC cannot tell bit rot from a forgery, or from a genuine object another fleet wrote
@@ -348,8 +350,9 @@ class AuthenticatedFramer(ObjectFramer):
                      config_id=self.config_id, key=key, layout_bytes=layout_bytes)
         try:
             mac_key = self._keys.mac_key(key.cache_salt, version)
-        except KeyNotHeld as exc:
-            raise FrameRejected("foreign", f"key version {version}: {exc}") from None
+        except KeyNotHeld as exc:  # forgotten tenant / retired version: unkeyed; newer: foreign
+            raise FrameRejected("unkeyed" if exc.withdrawn else "foreign",
+                                f"key version {version}: {exc}") from None
         except Exception as exc:  # a provider that fails: not a verdict on the bytes, not damage
             raise FrameRejected("foreign", f"the frame key provider failed for key version "
                                 f"{version}: {type(exc).__name__}") from None

@@ -22,7 +22,7 @@ import torch
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.contract.head_last import DeferredHead, adapter_writes_head_last
-from lmserde.l2.contract.inner_delegation import adapter_reports_sizes, adapter_sizes_are_local
+from lmserde.l2.contract.inner_delegation import InnerBackendDelegation
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.sync_driver import load_sync
@@ -64,7 +64,7 @@ class _TranslatingListener:
             self.listener.on_l2_keys_deleted([k for _, k in known])
 
 
-class HiddenNamesAdapter(L2AdapterInterface):
+class HiddenNamesAdapter(InnerBackendDelegation, L2AdapterInterface):
     """``inner`` under hidden names (see the module docstring). Owns ``inner`` (closes it).
     ``read_record(head bytes, hidden key)`` returns the real key in a stored object's key
     record (raising ``ValueError`` when it has none under this names key); ``head_bytes`` is
@@ -78,14 +78,6 @@ class HiddenNamesAdapter(L2AdapterInterface):
         self._read_record = read_record
         self._head_bytes = head_bytes
         self._translators: list[_TranslatingListener] = []
-
-    @property
-    def inner_adapter(self) -> L2AdapterInterface:
-        return self._inner
-
-    @property
-    def adapter_type(self) -> str:  # type: ignore[override]
-        return getattr(self._inner, "adapter_type", "") or type(self._inner).__name__
 
     # -- event fds and tasks --------------------------------------------------------------------
 
@@ -140,12 +132,6 @@ class HiddenNamesAdapter(L2AdapterInterface):
 
     # -- sizes, deletion, recency, usage ------------------------------------------------------
 
-    def reports_object_sizes(self) -> bool:
-        return adapter_reports_sizes(self._inner)
-
-    def object_sizes_are_local(self) -> bool:
-        return adapter_sizes_are_local(self._inner)
-
     def get_object_sizes(self, keys: Sequence[ObjectKey]) -> dict[ObjectKey, int]:
         keys = list(keys)
         hidden = self._names.hide(keys)
@@ -157,15 +143,6 @@ class HiddenNamesAdapter(L2AdapterInterface):
 
     def touch_keys(self, keys: Sequence[ObjectKey]) -> None:
         self._inner.touch_keys(self._names.hide(list(keys)))
-
-    def get_usage(self) -> Any:
-        return self._inner.get_usage()
-
-    def supports_global_eviction(self) -> bool:
-        return self._inner.supports_global_eviction()
-
-    def set_backend_identity(self, name: str, shared: bool = False) -> None:
-        self._inner.set_backend_identity(name, shared)
 
     def scrub_entries(self, *, delete: bool = False) -> Any:
         """The inner adapter's entry scrub (its names are hidden keys), ``None`` without one."""

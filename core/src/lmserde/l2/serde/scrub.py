@@ -22,7 +22,8 @@ another key or layout, by another frame version or with key material this reader
 (``NOT_MINE_REASONS``: ``config``, ``key``, ``layout``, ``foreign``, ``unkeyed``) is *not mine*:
 another fleet may read it. It is reported apart (``report.foreign``), never counts as damage and
 is deleted only with ``delete_foreign``. Among those, an object whose key material the reader's
-key provider no longer holds (``unkeyed``: a forgotten tenant, a retired key version; only a
+key provider no longer holds (``unkeyed``: a forgotten tenant, a retired key version; the
+authenticated frame says so for a frame keyring, for any serde; for a serde's own keys only a
 decode can tell, so ``delete_unkeyed`` implies ``decode``) is listed in ``report.unkeyed`` too and
 deleted with ``delete_unkeyed`` (crypto-shredding reclaims the space), which is right only when
 the reader's keyring is the authority for every tenant on that storage.
