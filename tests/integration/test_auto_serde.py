@@ -408,10 +408,11 @@ def test_the_documented_auto_specs_are_valid(doc: str) -> None:
     from lmserde.l2.build import AutoSerdeConfig, resolve_serde_value
 
     text = (Path(__file__).resolve().parents[2] / doc).read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"```json\n(.*?)\n```", text, re.DOTALL) if '"auto"' in b]
-    assert blocks, f"{doc} shows no auto spec"
-    for block in blocks:
-        config = parse_l2_adapter_spec(json.loads(block))
+    specs = [json.loads(b) for b in re.findall(r"```json\n(.*?)\n```", text, re.DOTALL)
+             if '"type": "auto"' in b]
+    assert specs, f"{doc} shows no auto spec"
+    for spec in specs:
+        config = parse_l2_adapter_spec(spec)
         assert isinstance(config.serde_config, AutoSerdeConfig)
         resolve_serde_value(config.serde_config)  # every candidate and option checked
 
