@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from lmserde.hooks import reset_plugin_manager
+from lmserde.hooks import get_plugin_manager, hookimpl, reset_plugin_manager
+from lmserde.observability import PolicyChangeEvent
 from lmserde.registries import L2_ADAPTERS
 from lmserde.registry import rescan_serde_plugins
 
@@ -89,3 +90,26 @@ def plugin_site(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     rescan_serde_plugins()
     L2_ADAPTERS.rescan()
     reset_plugin_manager()
+
+
+class _PolicyListener:
+    """A hook plugin that keeps every ``lmserde_policy_changed`` event."""
+
+    def __init__(self) -> None:
+        self.events: list[PolicyChangeEvent] = []
+
+    @hookimpl
+    def lmserde_policy_changed(self, event: PolicyChangeEvent) -> None:
+        self.events.append(event)
+
+
+@pytest.fixture
+def policy_events() -> Iterator[list[PolicyChangeEvent]]:
+    """The ``auto`` policy's change events delivered while the test runs (call
+    ``lmserde.hooks.flush_events()`` before reading: delivery is off the caller's thread)."""
+    listener = _PolicyListener()
+    get_plugin_manager().register(listener, name="test-policy-events")
+    try:
+        yield listener.events
+    finally:
+        get_plugin_manager().unregister(name="test-policy-events")

@@ -173,6 +173,9 @@ def test_max_workers_has_an_upper_bound() -> None:
     ({"delay_seconds": math.nan}, "delay_seconds"),
     ({"delay_seconds": 1e9}, "delay_seconds"),
     ({"store_failure_rate": math.nan}, "store_failure_rate"),
+    ({"bandwidth_bytes_per_second": -1.0}, "bandwidth_bytes_per_second"),
+    ({"bandwidth_bytes_per_second": math.inf}, "bandwidth_bytes_per_second"),
+    ({"bandwidth_bytes_per_second": math.nan}, "bandwidth_bytes_per_second"),
 ])
 def test_fault_adapter_options_are_range_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):

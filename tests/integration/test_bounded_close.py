@@ -122,6 +122,18 @@ def _assert_named(status: dict, caplog: pytest.LogCaptureFixture, call: str) -> 
     assert any("tp_hang" in m and call in m and "still running" in m for m in errors), errors
 
 
+def _close_while_hung(adapter: Any, gate: _Gate, caplog: pytest.LogCaptureFixture, call: str,
+                      *, closed: int) -> None:
+    """Close ``adapter`` once a gated ``call`` hangs: within the bound, the call named, and
+    ``closed`` tasks failed as ``closed``."""
+    assert gate.entered.wait(HANG_GUARD)
+    with caplog.at_level(logging.ERROR):
+        seconds = _timed_close(adapter)
+    assert seconds < BOUND + MARGIN, seconds
+    _assert_named(adapter.report_status(), caplog, call)
+    assert adapter.metrics()["failures"].get("closed", 0) == closed
+
+
 def test_a_hung_serialize_does_not_hang_the_wrapper_close(
     hanging_serde: str, gate: _Gate, l1: L1Manager, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -338,10 +350,22 @@ def test_a_hung_read_also_deserialize_does_not_hang_the_wrapper_close(
                                                 "close_timeout_s": BOUND}]}, l1)
     gate.hang_deserialize = True
     adapter.submit_load_task(keys, objects_for(KV, 2))
-    assert gate.entered.wait(HANG_GUARD)
-    with caplog.at_level(logging.ERROR):
-        seconds = _timed_close(adapter)
-    assert seconds < BOUND + MARGIN, seconds
-    _assert_named(adapter.report_status(), caplog, "deserialize of key")
-    assert adapter.metrics()["failures"].get("closed", 0) == 2
+    _close_while_hung(adapter, gate, caplog, "deserialize of key", closed=2)
     assert l1.memory_used_bytes() > 0  # the stuck call may still write its temporaries
+
+
+def test_a_hung_auto_candidate_does_not_hang_the_wrapper_close(
+    hanging_serde: str, gate: _Gate, l1: L1Manager, cache: Cache, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every candidate of serde ``auto`` is closed under the wrapper's one bound: the second
+    candidate's hung serialize is named, its store fails as ``closed`` and the temporary it
+    may still write is kept."""
+    adapter = create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "serde": {
+        "type": "auto", "candidates": [{"type": "identity", "close_timeout_s": BOUND},
+                                       {"type": hanging_serde, "close_timeout_s": BOUND}]}}, l1)
+    assert cache.store(adapter, [key_of(0)], objects_for(KV, 1)).is_successful()  # identity's turn
+    gate.hang_serialize = True
+    adapter.submit_store_task([key_of(1)], objects_for(KV, 1, seed=1))  # the hung candidate's
+    _close_while_hung(adapter, gate, caplog, "serialize of key", closed=1)
+    assert l1.memory_used_bytes() > 0  # the stuck call may still write its temporary

@@ -53,6 +53,15 @@ def test_change_serde_example_runs(tmp_path: Path) -> None:
     assert "Warning" not in result.stderr, result.stderr
 
 
+def test_auto_serde_example_runs(tmp_path: Path) -> None:
+    pytest.importorskip("lmserde_zstd", reason="the example chooses between raw bytes and zstd")
+    result = _run_example(tmp_path, "auto-serde")
+    assert result.stdout.splitlines() == ["stores new objects with: zstd",
+                                          "measured store bandwidth under 100 MB/s: True",
+                                          "objects: 16"]
+    assert "Warning" not in result.stderr, result.stderr
+
+
 def _guide_config(name: str, tmp_path: Path) -> dict[str, Any]:
     """The guide's JSON config ``name`` with its paths moved under ``tmp_path``: the keyring
     (tenants tenant-a, tenant-b and "" made with ``lmserde keys rotate``, as the guide does), the

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lmserde.adaptive import AutoPolicy, Candidate, PolicySettings
-from lmserde.hooks import flush_events, get_plugin_manager, hookimpl
+from lmserde.hooks import flush_events
 from lmserde.observability import PolicyChangeEvent
 from simulated_tier import CHUNK, DEFAULT_CODECS, FP8, FP8_ZSTD, IDENTITY, SimulatedTier, TrueCodec
 
@@ -221,28 +221,13 @@ def test_a_candidate_whose_stores_never_complete_does_not_stall_the_choice() -> 
     assert policy.current == IDENTITY_I
 
 
-class _Listener:
-    def __init__(self) -> None:
-        self.events: list[PolicyChangeEvent] = []
-
-    @hookimpl
-    def lmserde_policy_changed(self, event: PolicyChangeEvent) -> None:
-        self.events.append(event)
-
-
-def test_every_change_of_choice_is_an_event() -> None:
-    listener = _Listener()
-    pm = get_plugin_manager()
-    pm.register(listener, name="test-policy-listener")
-    try:
-        tier = SimulatedTier(gbps=10.0, emit_events=True)
-        tier.run(100)
-        tier.store_gbps = tier.load_gbps = 0.1
-        tier.run(SWITCH_BOUND + 5)
-        assert flush_events()
-    finally:
-        pm.unregister(name="test-policy-listener")
-    events = [e for e in listener.events if e.policy == "simulated"]
+def test_every_change_of_choice_is_an_event(policy_events: list[PolicyChangeEvent]) -> None:
+    tier = SimulatedTier(gbps=10.0, emit_events=True)
+    tier.run(100)
+    tier.store_gbps = tier.load_gbps = 0.1
+    tier.run(SWITCH_BOUND + 5)
+    assert flush_events()
+    events = [e for e in policy_events if e.policy == "simulated"]
     assert [(e.previous, e.reason) for e in events] == [(None, "initial"),
                                                         ("identity", "measured")]
     first, switch = events

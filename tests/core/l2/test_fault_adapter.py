@@ -140,3 +140,37 @@ def test_close_closes_the_inner_adapter() -> None:
         inner.submit_store_task([key(0)], _objs(1))
     with pytest.raises(RuntimeError, match="closed"):
         adapter.submit_load_task([key(0)], _objs(1))
+
+
+def test_throttled_link_queues_transfers_at_its_bandwidth() -> None:
+    import time
+
+    from lmserde.l2.adapters.throttled_link import ThrottledLink
+
+    link = ThrottledLink(1e6)  # 1 MB/s
+    before = time.monotonic()
+    first = link.reserve(100_000)  # 0.1 s of transfer
+    second = link.reserve(50_000)  # queued behind the first
+    assert first >= before + 0.1
+    assert second == pytest.approx(first + 0.05)
+    link.set_bandwidth(0.0)  # unthrottled: done now
+    assert link.reserve(10**9) <= time.monotonic()
+    with pytest.raises(ValueError, match="bandwidth"):
+        link.set_bandwidth(-1.0)
+
+
+def test_fault_spec_throttles_both_directions() -> None:
+    from lmserde.l2 import create_l2_adapter
+
+    adapter = create_l2_adapter({"type": "fault", "inner": {"type": "memory"},
+                                 "bandwidth_bytes_per_second": 5e6})
+    try:
+        assert adapter.plan.bandwidth_bytes_per_second == 5e6
+        links = adapter._links  # the two directions
+        assert links["store"].bandwidth == links["load"].bandwidth == 5e6
+        adapter.set_bandwidth(1e6, "load")
+        assert links["store"].bandwidth == 5e6 and links["load"].bandwidth == 1e6
+        with pytest.raises(ValueError, match="direction"):
+            adapter.set_bandwidth(1e6, "sideways")
+    finally:
+        adapter.close()

@@ -50,7 +50,7 @@ from lmserde.l2.serde.stored_frame import FRAME_HEADER_BYTES
 from lmserde.memory import MemoryLayoutDesc, MemoryObj
 
 __all__ = ["describe_frame_overhead", "frame_overhead_steps", "full_size_chunks",
-           "measure_frame_overhead"]
+           "measure_frame_overhead", "paired_rounds"]
 
 _MODES = (True, False)  # framed, unframed
 
@@ -87,7 +87,7 @@ def _mode_spec(adapter_spec: Mapping[str, Any], serde: Any, framed: bool) -> dic
 class _Rounds:
     """The two adapters, the L1 manager and the keys of one measurement."""
 
-    def __init__(self, adapter_spec: Mapping[str, Any], serde: Any, layout: MemoryLayoutDesc,
+    def __init__(self, specs: Mapping[bool, Mapping[str, Any]], layout: MemoryLayoutDesc,
                  chunks: int, timeout: float, on_step: Callable[[], None] | None,
                  cold_sources: bool) -> None:
         self.layout, self.timeout, self.on_step = layout, timeout, on_step
@@ -99,8 +99,7 @@ class _Rounds:
         self.l1 = L1Manager(capacity, temp_pool_bytes=capacity)
         self.adapters: dict[bool, Any] = {}
         for framed in _MODES:
-            self.adapters[framed] = create_l2_adapter(
-                _mode_spec(adapter_spec, serde, framed), self.l1)
+            self.adapters[framed] = create_l2_adapter(specs[framed], self.l1)
 
     def close(self) -> None:
         for adapter in self.adapters.values():
@@ -212,12 +211,9 @@ def measure_frame_overhead(
     if layout.nbytes != nbytes:
         raise ValueError(f"measure_frame_overhead: a {layout.nbytes}-byte layout for "
                          f"{nbytes}-byte chunks")
-    paired = _Rounds(adapter_spec, serde, layout, len(chunks), timeout, on_step, cold_sources)
-    try:
-        paired.round(chunks, True)  # warm-up: page cache, pools, plans
-        done = [paired.round(chunks, r % 2 == 1) for r in range(rounds)]
-    finally:
-        paired.close()
+    done = paired_rounds({m: _mode_spec(adapter_spec, serde, m) for m in _MODES}, chunks,
+                         rounds, layout, cold_sources=cold_sources, timeout=timeout,
+                         on_step=on_step)
     every = {m: {op: [t for r in done for t in r[m][op]] for op in ("store", "load")}
              for m in _MODES}
     framed_ms = _ms(every[True]["store"], every[True]["load"])
@@ -248,6 +244,24 @@ def measure_frame_overhead(
         "cpu_overhead": statistics.median(cpu) if cpu else None,
         "cpu_overhead_range": [min(cpu), max(cpu)] if cpu else None,
     }
+
+
+def paired_rounds(
+    specs: Mapping[bool, Mapping[str, Any]], chunks: Sequence[torch.Tensor], rounds: int,
+    layout: MemoryLayoutDesc, *, cold_sources: bool = True, timeout: float = DEFAULT_TIMEOUT_S,
+    on_step: Callable[[], None] | None = None,
+) -> list[dict[bool, Any]]:
+    """The paired rounds of :func:`measure_frame_overhead` for any two adapter specs
+    (``specs[True]`` and ``specs[False]``, each built with its serde over one L1 manager):
+    one warm-up round, then ``rounds`` counted ones, the two taking turns chunk by chunk. Per
+    counted round and spec: ``store`` and ``load`` (wall seconds per chunk, in chunk order)
+    and ``cpu`` (process CPU seconds of its tasks)."""
+    paired = _Rounds(specs, layout, len(chunks), timeout, on_step, cold_sources)
+    try:
+        paired.round(chunks, True)  # warm-up: page cache, pools, plans
+        return [paired.round(chunks, r % 2 == 1) for r in range(rounds)]
+    finally:
+        paired.close()
 
 
 def describe_frame_overhead(frame: Mapping[str, Any] | None) -> str | None:

@@ -1,4 +1,5 @@
-"""``lmserde info TYPE``: a serde's options, size contract and whether it is lossy."""
+"""``lmserde info TYPE``: a serde's options, size contract and whether it is lossy (``auto``:
+its options, pointing at ``docs/adaptive.md``)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,32 @@ def _describe_native(native: dict[str, object]) -> str:
     return text
 
 
+def _auto_info(as_json: bool) -> int:
+    """``auto`` is no plugin serde: it chooses among candidate serdes in an adapter's wrapper."""
+    from lmserde.adaptive import PolicySettings
+    from lmserde.l2.build import AUTO_OPTIONS, AUTO_SERDE_TYPE
+
+    defaults = PolicySettings().as_dict()
+    data = {"type": AUTO_SERDE_TYPE, "description": "chooses, per store task, the candidate serde "
+            "with the least expected store + load time on the adapter, measured while it runs "
+            "(docs/adaptive.md)", "options": {name: defaults.get(name) for name in AUTO_OPTIONS}}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"{AUTO_SERDE_TYPE}: {data['description']}")
+    print("  lossy: as its candidates (a quality bound, max_attention_error, refuses lossy ones)")
+    print("  options (candidates is required; attention_errors declares lossy candidates' errors; "
+          "the rest are the policy's settings):")
+    print("    " + ", ".join(f"{n}={v!r}" if n != "candidates" else n
+                             for n, v in data["options"].items()))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from lmserde.l2.build import AUTO_SERDE_TYPE
+
+    if args.type == AUTO_SERDE_TYPE:
+        return _auto_info(args.json)
     try:
         spec = get_serde_spec(args.type)
     except ValueError as exc:

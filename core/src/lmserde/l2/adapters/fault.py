@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from lmserde.builtin_plugins import BUILTIN_FACTS
 from lmserde.containment import describe_exception
 from lmserde.install_hints import L2_ADAPTER_GROUP
 from lmserde.keys import ObjectKey
+from lmserde.l2.adapters.throttled_link import ThrottledLink, check_bandwidth
 from lmserde.l2.contract.bitmap import Bitmap
 from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.inner_delegation import InnerAdapterDelegation
@@ -40,6 +42,8 @@ SEED_MIN, SEED_MAX = -(2**127), 2**127 - 1
 MAX_DELAY_SECONDS = 3600.0
 
 
+
+
 def _check_rate(name: str, value: float) -> float:
     rate = float(value)
     if not 0.0 <= rate <= 1.0:  # also refuses NaN
@@ -50,9 +54,8 @@ def _check_rate(name: str, value: float) -> float:
 def _check_delay(value: float) -> float:
     delay = float(value)
     if not 0.0 <= delay <= MAX_DELAY_SECONDS:  # also refuses NaN and infinity
-        raise ValueError(
-            f"fault adapter: delay_seconds must be within [0, {MAX_DELAY_SECONDS:g}], got {value!r}"
-        )
+        raise ValueError(f"fault adapter: delay_seconds must be within [0, "
+                         f"{MAX_DELAY_SECONDS:g}], got {value!r}")
     return delay
 
 
@@ -79,6 +82,10 @@ class FaultPlan:
     * ``delay_rate`` / ``delay_seconds`` (per store/load task): the result is held back for up
       to ``delay_seconds``.
     * ``miss_chunk_hashes``: keys with these chunk hashes always miss on load.
+    * ``bandwidth_bytes_per_second`` (per direction; 0: unthrottled): a store or load task's
+      result is held back until its bytes (the objects' sizes) have crossed a link of this
+      bandwidth, tasks one after another (:class:`ThrottledLink`); the adapter's
+      :meth:`~FaultInjectingL2Adapter.set_bandwidth` changes it while the adapter runs.
 
     The same seed, keys and operation always give the same decision.
     """
@@ -91,8 +98,11 @@ class FaultPlan:
     delay_rate: float = 0.0
     delay_seconds: float = 0.0
     miss_chunk_hashes: frozenset[bytes] = frozenset()
+    bandwidth_bytes_per_second: float = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bandwidth_bytes_per_second",
+                           check_bandwidth(self.bandwidth_bytes_per_second))
         for name in ("store_failure_rate", "load_miss_rate", "corrupt_rate",
                      "submit_exception_rate", "delay_rate"):
             object.__setattr__(self, name, _check_rate(name, getattr(self, name)))
@@ -125,7 +135,8 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
     """An adapter in front of ``inner`` that injects the faults of a :class:`FaultPlan`.
 
     Lookups, unlocks, sizes, deletes and usage pass straight through. Store and load results
-    arrive on this adapter's own fds (a poll thread named ``lmserde-fault`` relays them).
+    arrive on this adapter's own fds (a poll thread named ``lmserde-fault`` relays them), held
+    back by the plan's delays and by its bandwidth (one :class:`ThrottledLink` per direction).
     ``report_status()`` adds a ``fault_inject`` dict of counts. Closing closes ``inner``.
     """
 
@@ -137,11 +148,13 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
         self._plan = plan if plan is not None else FaultPlan()
         self._queues = AdapterTaskQueues()
         self._lock = threading.Lock()
-        self._stores: dict[int, tuple[int, float]] = {}
-        self._loads: dict[int, tuple[int, list[ObjectKey], list[MemoryObj], float]] = {}
-        self._counts = {"store_failures": 0, "load_misses": 0, "corruptions": 0,
-                        "submit_exceptions": 0, "delays": 0}
+        self._stores: dict[int, tuple[int, float, bool]] = {}  # task id, until, delayed
+        self._loads: dict[int, tuple[int, list[ObjectKey], list[MemoryObj], float, bool]] = {}
+        self._counts = dict.fromkeys(("store_failures", "load_misses", "corruptions",
+                                      "submit_exceptions", "delays"), 0)
         self._closed = False
+        self._links = {"store": ThrottledLink(self._plan.bandwidth_bytes_per_second),
+                       "load": ThrottledLink(self._plan.bandwidth_bytes_per_second)}
         self._loop = PollLoop("lmserde-fault")
         self._loop.add_fd(inner.get_store_event_fd(), self._drain_stores)
         self._loop.add_fd(inner.get_load_event_fd(), self._drain_loads)
@@ -165,6 +178,20 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
     def plan(self) -> FaultPlan:
         return self._plan
 
+    def set_bandwidth(self, bytes_per_second: float, direction: str | None = None) -> None:
+        """Throttle both directions (or ``"store"`` / ``"load"``) from now on (0: unthrottled)."""
+        if direction not in (None, "store", "load"):
+            raise ValueError(f"direction is 'store', 'load' or None, not {direction!r}")
+        for name, link in self._links.items():
+            if direction in (None, name):
+                link.set_bandwidth(bytes_per_second)
+
+    def _held_back(self, delay: float, direction: str, objects: Sequence[MemoryObj]) -> float:
+        """When (monotonic) a result may complete: after ``delay``, its bytes over the link."""
+        link = self._links[direction]
+        end = link.reserve(sum(o.get_size() for o in objects)) if link.bandwidth else 0.0
+        return max(time.monotonic() + delay, end)
+
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
@@ -178,10 +205,13 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
             self._count("submit_exceptions")
             raise InjectedFaultError(f"fault adapter: injected exception from submit_{kind}_task")
 
-    def _finish(self, delay: float, complete: Any, task_id: int, result: Any) -> None:
-        if delay > 0.0:
+    def _finish(self, until: float, complete: Any, task_id: int, result: Any,
+                delayed: bool) -> None:  # now, or at ``until`` (time.monotonic()) if later
+        if delayed:
             self._count("delays")
-            self._loop.call_later(delay, lambda: complete(task_id, result))
+        wait = until - time.monotonic()
+        if wait > 0.0:
+            self._loop.call_later(wait, lambda: complete(task_id, result))
         else:
             complete(task_id, result)
 
@@ -197,20 +227,22 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
         delay = self._plan.delay_for("store", keys)
         if self._plan.hits("store/fail", self._plan.store_failure_rate, keys):
             self._count("store_failures")
-            self._finish(delay, self._queues.store.complete, task_id, L2StoreResult(False, 0))
+            self._finish(time.monotonic() + delay, self._queues.store.complete, task_id,
+                         L2StoreResult(False, 0), delay > 0.0)
             return task_id
+        until = self._held_back(delay, "store", objects)
         with self._lock:  # registered before the relay thread can see the inner result
             inner_id = self._inner.submit_store_task(keys, objects)
-            self._stores[inner_id] = (task_id, delay)
+            self._stores[inner_id] = (task_id, until, delay > 0.0)
         return task_id
 
     def _drain_stores(self) -> None:
         with self._lock:
             done = self._inner.pop_completed_store_tasks()
             mine = [(self._stores.pop(i), r) for i, r in done.items() if i in self._stores]
-        for (task_id, delay), result in mine:
+        for (task_id, until, delayed), result in mine:
             try:
-                self._finish(delay, self._queues.store.complete, task_id, result)
+                self._finish(until, self._queues.store.complete, task_id, result, delayed)
             except BaseException as exc:  # relay thread: the task must complete
                 _log.error("fault adapter: store task %d could not be relayed (%s); failed",
                            task_id, describe_exception(exc))
@@ -226,23 +258,24 @@ class FaultInjectingL2Adapter(InnerAdapterDelegation, QueuedResults, L2AdapterIn
         self._maybe_raise("load", keys)
         task_id = self._queues.new_task_id()
         delay = self._plan.delay_for("load", keys)
+        until = self._held_back(delay, "load", objects)
         with self._lock:
             inner_id = self._inner.submit_load_task(keys, objects)
-            self._loads[inner_id] = (task_id, keys, objects, delay)
+            self._loads[inner_id] = (task_id, keys, objects, until, delay > 0.0)
         return task_id
 
     def _drain_loads(self) -> None:
         with self._lock:
             pending = list(self._loads.items())
-        for inner_id, (task_id, keys, objects, delay) in pending:
+        for inner_id, (task_id, keys, objects, until, delayed) in pending:
             bitmap = self._inner.query_load_result(inner_id)
             if bitmap is None:
                 continue
             with self._lock:
                 del self._loads[inner_id]
             try:
-                self._finish(delay, self._queues.load.complete, task_id,
-                             self._apply_load_faults(bitmap, keys, objects))
+                self._finish(until, self._queues.load.complete, task_id,
+                             self._apply_load_faults(bitmap, keys, objects), delayed)
             except BaseException as exc:  # relay thread: the task must complete
                 _log.error("fault adapter: load task %d could not be relayed (%s); every key "
                            "misses", task_id, describe_exception(exc))
@@ -331,6 +364,7 @@ def _create_fault(options: dict[str, Any], l1_manager: Any) -> FaultInjectingL2A
         delay_rate=options["delay_rate"],
         delay_seconds=options["delay_seconds"],
         miss_chunk_hashes=_parse_chunk_hashes(options["miss_chunk_hashes"]),
+        bandwidth_bytes_per_second=options["bandwidth_bytes_per_second"],
     )
     return FaultInjectingL2Adapter(create_l2_adapter(options["inner"], l1_manager), plan)
 
@@ -358,6 +392,9 @@ FAULT_ADAPTER_SPEC = L2AdapterSpec(
         SerdeOption("delay_seconds", float, 0.0, "longest injected delay (seconds)",
                     minimum=0.0, maximum=MAX_DELAY_SECONDS),
         SerdeOption("miss_chunk_hashes", object, (), "chunk hashes (hex) that always miss"),
+        SerdeOption("bandwidth_bytes_per_second", float, 0.0,
+                    "throttle each direction (stores, loads) to this many bytes per second, "
+                    "tasks one after another (0: unthrottled)", minimum=0.0),
     ),
     reports_object_sizes=None,
 )

@@ -12,7 +12,8 @@ its ``read_also`` configurations); when the deserialize events fire,
 per key: a key whose object is refused is a miss counted by reason, deleted from the inner
 adapter only when the refusal proves damage
 (:data:`~lmserde.l2.serde.stored_frame.DAMAGE_REASONS`); an object another reader wrote stays.
-Every failure releases every temporary.
+Every failure releases every temporary. ``on_loaded`` (:data:`LoadObserver`) hears, per
+configuration, what the decoded objects of each load took (the ``auto`` serde's measurements).
 
 This module is over 400 lines because it is one state machine (sizes → inner load → verify →
 deserialize) whose stages share the task tables and the lock; what a decoded item comes to is
@@ -54,12 +55,17 @@ from lmserde.multi import item_size
 from lmserde.observability import WrapperTaskEvent
 from lmserde.processor import scrub_destination
 
-__all__ = ["LoadPath", "StoredSizes"]
+__all__ = ["LoadPath", "LoadObserver", "StoredSizes"]
 
 #: How a load path has the stored sizes of its keys (see :class:`LoadPath`).
 StoredSizes = Literal["inline", "worker", "none"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
+
+#: Hears, per reader of a load task, the objects it decoded: ``(reader index, KV bytes, stored
+#: bytes, deserialize seconds, inner load seconds)``; the task's inner load time is shared out
+#: by stored bytes. Called on the poll thread; what it raises is logged, never a miss.
+LoadObserver = Callable[[int, int, int, float, float], None]
 
 
 class LoadPath:
@@ -74,13 +80,19 @@ class LoadPath:
     ``on_rejected(reason, keys)`` hears every refusal, before any deletion. ``readers``: the
     serde configurations it decodes (the wrapper's own first; every one's deserialize event fd
     must run :meth:`drain_deserialize`); its temporaries hold the largest of their bounds.
+    ``on_loaded``: see :data:`LoadObserver`. ``written_configs``: how many of the first readers
+    are configs the wrapper writes (``auto``'s candidates); hits of the others count as
+    ``read_also`` hits.
     """
 
     def __init__(self, *, readers: ConfigReaders, serde_type: str, inner: L2AdapterInterface,
                  stored_sizes: StoredSizes, repair: bool, temporaries: Temporaries,
                  queues: AdapterTaskQueues, metrics: WrapperMetrics, streaks: FailureStreaks,
-                 on_rejected: Callable[[str, list[ObjectKey]], None]) -> None:
+                 on_rejected: Callable[[str, list[ObjectKey]], None],
+                 on_loaded: LoadObserver | None = None, written_configs: int = 1) -> None:
         self._readers = readers
+        self._written_configs = written_configs
+        self._on_loaded = on_loaded
         self._serde_type = serde_type
         self._inner = inner
         self._framer = readers.primary.framer
@@ -361,12 +373,15 @@ class LoadPath:
                 errors = [NoItemError()] * len(slots)
             if errors is None:
                 continue
+            if self._on_loaded is not None:  # heard before the caller has its result
+                self._observe(task, index, slots, errors)
             with self._lock:
                 self._deserializing.pop((index, serde_id), None)
                 task.decoding.pop(index, None)
                 task.slot_errors.update(zip(slots, errors))
-                if task.decoding:  # another configuration still decodes this task's payloads
-                    continue
+                last = not task.decoding  # else another configuration still decodes some
+            if not last:
+                continue
             try:
                 self._after_deserialize(task, [task.slot_errors.get(j, NoItemError())
                                                for j in task.hit_slots])
@@ -375,6 +390,23 @@ class LoadPath:
                                task.task_id)
                 self._release(task)
                 self._finish(task, Bitmap(task.num_keys), "internal")
+
+    def _observe(self, task: WrapperTask, index: int, slots: list[int],
+                 errors: Sequence[BaseException | None]) -> None:
+        """Tell ``on_loaded`` what reader ``index``'s decoded slots took (see
+        :data:`LoadObserver`; what it raises is logged, never a miss)."""
+        assert self._on_loaded is not None
+        try:
+            decoded = [j for j, error in zip(slots, errors) if error is None]
+            if not decoded:
+                return
+            stored = sum(task.temps[j].get_size() for j in decoded)
+            loaded = sum(task.temps[j].get_size() for j in task.hit_slots) or stored
+            self._on_loaded(index, sum(item_size(task.dst_items[j]) for j in decoded), stored,
+                            time.perf_counter() - task.stage_started,
+                            task.stage_seconds.get("inner_load", 0.0) * stored / loaded)
+        except Exception as exc:
+            _log.warning("serde wrapper: load observer raised: %s", describe_exception(exc))
 
     def _after_deserialize(self, task: WrapperTask, errors: list[BaseException | None]) -> None:
         self._metrics.record_stage("deserialize",
@@ -391,7 +423,7 @@ class LoadPath:
             if outcome == "hit":
                 final.set(task.positions[slot])
                 serialized += task.temps[slot].get_size()
-                if task.readers and task.readers[slot]:
+                if task.readers and task.readers[slot] >= self._written_configs:
                     read_also_hits[task.readers[slot]] = read_also_hits.get(
                         task.readers[slot], 0) + 1
                 continue

@@ -32,6 +32,14 @@ Every sample carries the labels ``adapter`` (the registered name) and ``serde`` 
 ``lmserde_wrapper_repaired_total``        stored objects repaired
 ``lmserde_wrapper_stage_seconds``         summary (count, sum) of stage latencies, by ``stage``
 ``lmserde_wrapper_healthy``               1 when ``report_status()["is_healthy"]``, else 0
+``lmserde_wrapper_auto_choices_total``    ``auto``: store tasks per ``candidate`` (explorations
+                                          included)
+``lmserde_wrapper_auto_switches_total``   ``auto``: changes of the current candidate
+``lmserde_wrapper_auto_current``          ``auto``: 1 for the ``candidate`` new objects are
+                                          stored with, 0 for the others
+``lmserde_wrapper_auto_bandwidth_bytes``  ``auto``: the adapter's measured throughput (stored
+                                          bytes per second), by ``direction`` (``store``,
+                                          ``load``; absent until measured)
 ========================================  =====================================================
 
 ``load_hits_read_also`` has a series per ``read_also`` config the wrapper lists (0 included).
@@ -217,6 +225,18 @@ class WrapperCollector:
             "healthy": core.GaugeMetricFamily("lmserde_wrapper_healthy",
                                               "1 when the wrapped adapter reports itself healthy",
                                               labels=_LABELS),
+            "auto_choices": counter("lmserde_wrapper_auto_choices",
+                                    "auto: store tasks per candidate",
+                                    labels=[*_LABELS, "candidate"]),
+            "auto_switches": counter("lmserde_wrapper_auto_switches",
+                                     "auto: changes of the current candidate", labels=_LABELS),
+            "auto_current": core.GaugeMetricFamily(
+                "lmserde_wrapper_auto_current", "auto: 1 for the candidate new objects use",
+                labels=[*_LABELS, "candidate"]),
+            "auto_bandwidth": core.GaugeMetricFamily(
+                "lmserde_wrapper_auto_bandwidth_bytes",
+                "auto: the adapter's measured throughput, stored bytes per second",
+                labels=[*_LABELS, "direction"]),
         }
         for labels, snap, status in self._snapshots():
             self._add_wrapper(fams, labels, snap, status)
@@ -258,6 +278,17 @@ class WrapperCollector:
                                              sum_value=float(summary.get("total", 0.0)))
         if "is_healthy" in status:
             fams["healthy"].add_metric(labels, 1.0 if status["is_healthy"] else 0.0)
+        auto = status.get("serde_auto")
+        if auto:
+            for candidate, count in sorted(auto.get("choices", {}).items()):
+                fams["auto_choices"].add_metric([*labels, str(candidate)], float(count))
+                fams["auto_current"].add_metric([*labels, str(candidate)],
+                                                1.0 if candidate == auto.get("current") else 0.0)
+            fams["auto_switches"].add_metric(labels, float(auto.get("switches", 0)))
+            for direction in ("store", "load"):
+                bandwidth = auto.get(f"{direction}_bytes_per_second")
+                if bandwidth is not None:
+                    fams["auto_bandwidth"].add_metric([*labels, direction], float(bandwidth))
 
 
 _collectors: weakref.WeakKeyDictionary[Any, WrapperCollector] = weakref.WeakKeyDictionary()

@@ -244,20 +244,22 @@ def config_reader(serde: SerdeProcessor, serde_type: str, framer: ObjectFramer |
 
 def read_also_readers(read_also: Sequence[ReadAlsoSerde], primary: ConfigReader,
                       frame_keys: FrameKeys | None = None,
-                      hidden_names: NameHider | None = None) -> list[ConfigReader]:
+                      hidden_names: NameHider | None = None,
+                      writers: Sequence[ConfigReader] = ()) -> list[ConfigReader]:
     """One reader per ``read_also`` configuration, beside ``primary`` (the wrapper's own), framed
     like it (``frame_keys``, ``hidden_names``: see :func:`framer_for`).
 
     ``ValueError`` when ``primary`` does not frame (an unframed object names no configuration),
     or a configuration is ``primary``'s own. A label repeated (two ``fp8`` configs with other
-    options) is told apart by its fingerprint: ``fp8@<16 hex digits>``."""
+    options; ``writers``: the readers of every config the wrapper writes, ``auto``'s candidates)
+    is told apart by its fingerprint: ``fp8@<16 hex digits>``."""
     if not read_also:
         return []
     if primary.framer is None:
         raise ValueError("'read_also' needs framed objects (the frame names the serde config "
                          "that wrote each object): remove 'serde_frame: false'")
     readers: list[ConfigReader] = []
-    labels = {primary.label}
+    labels = {primary.label, *(w.label for w in writers)}  # (auto: every candidate's)
     for processor, serde_type, _contract in read_also:
         framer = framer_for(processor, serde_type, frame_keys, hidden_names)
         if framer.config_id == primary.config_id:

@@ -211,7 +211,7 @@ def check_frame(wrapper: SerdeL2AdapterWrapper, key: ObjectKey,
         return "format", None
     if layout is None:
         return "undecoded", None
-    if index:
+    if index >= wrapper.written_configs:  # not a config it writes (auto: any candidate)
         return "read_also", layout
     # no payload checksum: the serde authenticates the payload, which only a decode checks
     return ("ok" if header.payload_checksum is not None or header.authenticated

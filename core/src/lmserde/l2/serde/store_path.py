@@ -8,6 +8,11 @@ checksum then runs while it writes), read-locks the temporaries and submits the 
 When the inner adapter's store event fires, :meth:`StorePath.drain_inner_store` releases the
 temporaries and completes the task. Any failure releases every temporary and completes the task
 as ``L2StoreResult(False, 0)``, naming the stage that failed.
+
+A path may write with several serde configurations (the ``auto`` serde's candidates, each a
+:class:`StoreWriter`): ``choose()`` picks one per task, the task's objects are serialized by that
+configuration's processor and framed with its config fingerprint (the frame records what was
+used), and ``on_stored`` hears what each successful store took (:data:`StoreObserver`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 from lmserde.base import SerdeProcessor
@@ -43,33 +49,58 @@ from lmserde.memory import MemoryObj
 from lmserde.observability import WrapperTaskEvent
 from lmserde.spec import SerdeSizeContract
 
-__all__ = ["StorePath"]
+__all__ = ["StorePath", "StoreWriter", "StoreObserver"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
+
+#: Hears each successful store task: ``(writer index, KV bytes, stored bytes, serialize
+#: seconds, inner store seconds)`` (stored bytes: what the inner adapter was handed, frames
+#: included). Called on the poll thread; what it raises is logged, never the task's failure.
+StoreObserver = Callable[[int, int, int, float, float], None]
+
+
+@dataclass(frozen=True)
+class StoreWriter:
+    """One serde configuration a store path writes with: its processor, its name in logs
+    (``serde_type``), its size contract, its frame codec (``None``: unframed), whether its
+    frame's head is finished while the inner adapter writes (``head_last``), and its bounds
+    and item views (``shape``)."""
+
+    serde: SerdeProcessor
+    serde_type: str
+    size_contract: SerdeSizeContract
+    framer: ObjectFramer | None
+    head_last: bool
+    shape: SerdeShape
 
 
 class StorePath:
     """Stores of one serde wrapper (see the module docstring). Thread-safe: ``submit`` runs on
     callers' threads, the drains on the wrapper's poll thread."""
 
-    def __init__(self, *, serde: SerdeProcessor, serde_type: str, inner: L2AdapterInterface,
-                 size_contract: SerdeSizeContract, framer: ObjectFramer | None, head_last: bool,
-                 shape: SerdeShape, temporaries: Temporaries, queues: AdapterTaskQueues,
-                 metrics: WrapperMetrics, streaks: FailureStreaks) -> None:
-        self._serde = serde
+    def __init__(self, *, writers: Sequence[StoreWriter], serde_type: str,
+                 inner: L2AdapterInterface, temporaries: Temporaries, queues: AdapterTaskQueues,
+                 metrics: WrapperMetrics, streaks: FailureStreaks,
+                 choose: Callable[[], int] | None = None,
+                 on_stored: StoreObserver | None = None) -> None:
+        """``writers``: the configurations it writes with (one, or ``choose()`` picks the index
+        of the one each task uses; each writer's serialize event fd must run
+        :meth:`drain_serialize` with its index). ``serde_type`` names the path in events."""
+        self._writers = tuple(writers)
+        if not self._writers or (choose is None and len(self._writers) != 1):
+            raise ValueError("a store path writes with one serde configuration, or chooses "
+                             "among several with choose()")
+        self._choose = choose
+        self._on_stored = on_stored
         self._serde_type = serde_type
         self._inner = inner
-        self._size_contract = size_contract
-        self._framer = framer
-        self._head_last = head_last
-        self._shape = shape
         self._temps = temporaries
         self._queues = queues
         self._metrics = metrics
         self._streaks = streaks
         self._lock = threading.Lock()
         self._closed = False
-        self._serializing: dict[int, WrapperTask] = {}
+        self._serializing: dict[tuple[int, int], WrapperTask] = {}  # (writer, serde task id)
         self._inner_storing: dict[int, WrapperTask] = {}
 
     def submit(self, keys: Sequence[ObjectKey], objects: Sequence[MemoryObj]) -> L2TaskId:
@@ -86,9 +117,12 @@ class StorePath:
             self._finish(task, L2StoreResult(True, 0), None)
             return task_id
         try:
+            task.writer = 0 if self._choose is None else self._choose()
+            writer = self._writers[task.writer]
+            shape = writer.shape
             task.layouts = [layout_of(o) for o in objects]
-            items = [self._shape.serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
-            task.bounds = [self._shape.payload_bound(lay) for lay in task.layouts]
+            items = [shape.serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
+            task.bounds = [shape.payload_bound(lay) for lay in task.layouts]
             task.bytes_kv = sum(o.get_size() for o in objects)
         except BaseException as exc:  # bad input or a raising estimate fails this task only
             if must_propagate(exc):
@@ -99,13 +133,14 @@ class StorePath:
             return task_id
         task.temp_keys = [make_temp_key(k) for k in keys]
         temps = self._temps.reserve(task.temp_keys,
-                                    [self._shape.stored_bound(b) for b in task.bounds])
+                                    [shape.stored_bound(b) for b in task.bounds])
         if temps is None:
             self._finish(task, L2StoreResult(False, 0), "reserve")
             return task_id
         task.temps = temps
-        task.payloads = (temps if self._framer is None else
-                         [self._framer.payload_view(t, b) for t, b in zip(temps, task.bounds)])
+        framer = writer.framer
+        task.payloads = (temps if framer is None else
+                         [framer.payload_view(t, b) for t, b in zip(temps, task.bounds)])
         failure: str | None = None
         with self._lock:
             if self._closed:
@@ -113,12 +148,12 @@ class StorePath:
             else:
                 serde_id = contained_submit(
                     "submit_serialize",
-                    lambda: self._serde.submit_serialize(items, task.payloads, keys),
+                    lambda: writer.serde.submit_serialize(items, task.payloads, keys),
                     lambda: self._temps.release_written(task.temp_keys))
                 if serde_id is None:
                     failure = "serialize_submit"
                 else:
-                    self._serializing[serde_id] = task
+                    self._serializing[(task.writer, serde_id)] = task
         if failure is not None:
             self._temps.release_written(task.temp_keys)
             self._finish(task, L2StoreResult(False, 0), failure)
@@ -128,13 +163,16 @@ class StorePath:
 
     # -- serialize done -------------------------------------------------------------------------
 
-    def drain_serialize(self) -> None:
-        """Handle the serde's serialize event: move every finished task on."""
+    def drain_serialize(self, writer: int = 0) -> None:
+        """Handle the serialize event of writer ``writer``'s serde: move every finished task
+        on."""
+        serde = self._writers[writer].serde
         with self._lock:
-            pending = list(self._serializing.items())
+            pending = [(ids[1], task) for ids, task in self._serializing.items()
+                       if ids[0] == writer]
         for serde_id, task in pending:
             try:
-                ok = self._serde.query_serialize_result(serde_id)
+                ok = serde.query_serialize_result(serde_id)
             except BaseException as exc:  # a processor that cannot answer failed the task
                 _log.warning("serde wrapper: query_serialize_result raised: %s",
                              describe_exception(exc))
@@ -142,7 +180,7 @@ class StorePath:
             if ok is None:
                 continue
             with self._lock:
-                self._serializing.pop(serde_id, None)
+                self._serializing.pop((writer, serde_id), None)
             try:
                 self._after_serialize(task, ok)
             except BaseException:  # never leave a task unfinished (this is the poll thread)
@@ -166,7 +204,7 @@ class StorePath:
             return
         except ValueError as exc:
             _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
-                         task.task_id, self._serde_type, exc)
+                         task.task_id, self._writers[task.writer].serde_type, exc)
             task.settle_heads()
             self._temps.release_written(task.temp_keys)
             self._finish(task, L2StoreResult(False, 0), "output_contract")
@@ -204,23 +242,24 @@ class StorePath:
 
         Raises ``ValueError`` when an object breaks the output contract; nothing is stored then.
         """
+        writer = self._writers[task.writer]
         for i, (payload, bound) in enumerate(zip(task.payloads, task.bounds)):
             written = payload.get_size()
             if not 0 <= written <= bound:
                 raise ValueError(f"object {i}: wrote {written} bytes, outside its estimate {bound}")
-            if self._size_contract is SerdeSizeContract.EXACT and written != bound:
+            if writer.size_contract is SerdeSizeContract.EXACT and written != bound:
                 raise ValueError(
                     f"object {i}: wrote {written} bytes under an EXACT size contract "
                     f"(estimate {bound})"
                 )
-        framer = self._framer
+        framer = writer.framer
         if framer is None:
             return
         # A checksum the serde's pass computed over exactly the payload written (its bound hasher)
         # is used as it is; the others are hashed here: while the inner adapter writes
         # (head-last) or before the store.
         hashed = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
-        if self._head_last and any(c is None for c in hashed):
+        if writer.head_last and any(c is None for c in hashed):
             task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
                                                checksum=checksum)
                           for temp, payload, key, layout, checksum in zip(
@@ -247,10 +286,23 @@ class StorePath:
             self._metrics.record_stage("inner_store",
                                        task.end_stage("inner_store", time.perf_counter()))
             task.settle_heads()  # a key the adapter skipped never finished its head
+            stored = sum(t.get_size() for t in task.temps)  # before L1 may hand them out again
             self._temps.release_read(task.temp_keys)
             if not isinstance(result, L2StoreResult):
                 result = L2StoreResult(bool(result), 0)
+            if self._on_stored is not None and result.is_successful():
+                self._observe(task, stored)  # heard before the caller has its result
             self._finish(task, result, None if result.is_successful() else "inner_store")
+
+    def _observe(self, task: WrapperTask, stored: int) -> None:
+        """Tell ``on_stored`` what the task's store took (never fails the task)."""
+        assert self._on_stored is not None
+        try:
+            self._on_stored(task.writer, task.bytes_kv, stored,
+                            task.stage_seconds.get("serialize", 0.0),
+                            task.stage_seconds.get("inner_store", 0.0))
+        except Exception as exc:
+            _log.warning("serde wrapper: store observer raised: %s", describe_exception(exc))
 
     def _finish(self, task: WrapperTask, result: L2StoreResult, failed_stage: str | None) -> None:
         ok = result.is_successful()
@@ -282,11 +334,12 @@ class StorePath:
         caller's submit may be stuck in plugin code holding the path's lock)."""
         self._closed = True
 
-    def take_unfinished(self, hung_serde_ids: Collection[int], inner_hung: bool,
+    def take_unfinished(self, hung_serde_ids: Mapping[int, Collection[int]], inner_hung: bool,
                         timeout: float) -> list[UnfinishedTask] | None:
         """Take every unfinished store out of the path (call after :meth:`stop_accepting`, once
-        the serde and the inner adapter were closed, or gave up on). A task whose serialize is
-        in ``hung_serde_ids``, or that the inner adapter holds while ``inner_hung``, keeps its
+        the serdes and the inner adapter were closed, or gave up on). A task whose serialize
+        task id is in ``hung_serde_ids[writer index]``, or that the inner adapter holds while
+        ``inner_hung``, keeps its
         temporaries. ``None`` when the path's lock could not be had within ``timeout`` seconds
         (a caller's submit into the serde never returned): its tasks are left as they are."""
         if not self._lock.acquire(timeout=max(timeout, 0.0)):
@@ -298,7 +351,8 @@ class StorePath:
             self._inner_storing.clear()
         finally:
             self._lock.release()
-        held = [(task, serde_id in hung_serde_ids) for serde_id, task in serializing]
+        held = [(task, serde_id in hung_serde_ids.get(writer, ()))
+                for (writer, serde_id), task in serializing]
         held += [(task, inner_hung) for task in storing]
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 

@@ -18,10 +18,12 @@ the split tier's base too).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+from lmserde.adaptive import AutoPolicy
 from lmserde.base import SerdeProcessor
 from lmserde.hooks import load_hook_plugins
 from lmserde.keys import ObjectKey
@@ -40,6 +42,7 @@ from lmserde.l2.serde.authenticated_frame import (
     KEY_RECORD_REGION,
     AuthenticatedFramer,
 )
+from lmserde.l2.serde.auto_writes import AutoWrites
 from lmserde.l2.serde.bounded_close import FINISH_GRACE_S, call_within, close_within
 from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES, FailureStreaks
 from lmserde.l2.serde.frame_keys import FrameKeys
@@ -50,21 +53,19 @@ from lmserde.l2.serde.metrics import WrapperMetrics
 from lmserde.l2.serde.read_configs import (
     ConfigReaders,
     ReadAlsoSerde,
-    config_reader,
-    framer_for,
-    read_also_readers,
 )
 from lmserde.l2.serde.store_path import StorePath
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.stored_sizes import examine_stored_sizes
 from lmserde.l2.serde.temporaries import L1_WRITE_TAG, Temporaries
+from lmserde.l2.serde.wrapper_configs import resolve_size_contract, wrapper_configs
 from lmserde.l2.serde.wrapper_task import UnfinishedTask
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["SerdeL2AdapterWrapper", "L1_WRITE_TAG", "UPPER_BOUND_PAIRING_ERROR",
-           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde"]
+           "UNHEALTHY_AFTER_FAILURES", "ReadAlsoSerde", "AutoWrites"]
 
 _log = logging.getLogger(__name__)
 
@@ -72,17 +73,6 @@ UPPER_BOUND_PAIRING_ERROR = (
     "Upper-bound serde output requires the filesystem adapter's actual-used-length load "
     "contract; unsupported pairing(s): "
 )
-
-
-def _resolve_size_contract(serde: SerdeProcessor, serde_type: str) -> SerdeSizeContract:
-    if serde.size_contract is not None:
-        return serde.size_contract
-    try:
-        from lmserde.registry import get_serde_size_contract
-
-        return get_serde_size_contract(serde_type)
-    except Exception:  # unknown type: the conservative contract
-        return SerdeSizeContract.UPPER_BOUND
 
 
 class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
@@ -138,6 +128,12 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     for a configuration listed twice or equal to ``serde``. Their processors are owned by the
     wrapper and closed with it, under the same bound.
 
+    ``auto`` (:class:`~lmserde.l2.serde.auto_writes.AutoWrites`): serde ``auto``, ``serde`` its
+    first candidate (``serde_type`` that one's type): each store task is written by the candidate
+    its policy picks, framed with that candidate's config; loads decode any candidate. It needs
+    framing and stored sizes (``ValueError``); ``serde_type`` is then ``auto``, and
+    ``report_status()["serde_auto"]`` the policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
+
     Lookups, unlocks, deletes, sizes and usage pass through to ``inner`` (all in stored bytes).
     ``report_status()`` adds ``serde_wrapped: True``, ``serde_type``, ``serde_framed``,
     ``serde_read_also`` (the labels of the ``read_also`` configurations) and
@@ -160,6 +156,7 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         read_also: Sequence[ReadAlsoSerde] = (),
         frame_keys: FrameKeys | None = None,
         hidden_names: NameHider | None = None,
+        auto: AutoWrites | None = None,
     ) -> None:
         if hidden_names is not None:
             if frame_keys is None or not frame:
@@ -171,9 +168,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 AUTH_HEADER_BYTES + KEY_RECORD_REGION)
         self._serde = serde
         self._l1 = l1_manager
-        self.serde_type = serde_type or serde.serde_type or type(serde).__name__
-        self.size_contract = size_contract or _resolve_size_contract(serde, self.serde_type)
+        self._auto = auto
+        self.serde_type = first_type = serde_type or serde.serde_type or type(serde).__name__
+        self.size_contract = first_contract = (size_contract
+                                               or resolve_size_contract(serde, first_type))
         reports_sizes = adapter_reports_sizes(inner_adapter)
+        if auto is not None:
+            auto.check_adapter(frame, reports_sizes)
+            self.serde_type = "auto"
+            self.size_contract = auto.size_contract_of_all or self.size_contract
         backend = getattr(inner_adapter, "adapter_type", "") or type(inner_adapter).__name__
         if self.size_contract is SerdeSizeContract.UPPER_BOUND and not reports_sizes:
             raise ValueError(
@@ -182,28 +185,14 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
                 "every load would miss. Use an adapter that reports sizes (fs, memory) or a serde "
                 "with an EXACT size contract."
             )
-        if frame_keys is not None and not frame:
-            raise ValueError("a frame key authenticates the stored-object frame: it needs a "
-                             "framed adapter (drop 'serde_frame: false')")
-        self._framer = framer_for(serde, self.serde_type, frame_keys, hidden_names) if frame else None
-        primary = config_reader(serde, self.serde_type, self._framer)
-        if read_also and not reports_sizes:
-            raise ValueError(
-                f"'read_also' needs an adapter that reports stored object sizes (fs, memory, "
-                f"redis, s3): '{backend}' does not, and a load must size its buffer to "
-                "the object whichever config wrote it")
-        self._readers = ConfigReaders([primary, *read_also_readers(read_also, primary,
-                                                                    frame_keys, hidden_names)])
-        read_fds = [r.serde.get_deserialize_event_fd() for r in list(self._readers)[1:]]
-        watched_fds = {serde.get_serialize_event_fd(), serde.get_deserialize_event_fd(),
-                       inner_adapter.get_store_event_fd(), inner_adapter.get_load_event_fd(),
-                       *read_fds}
-        if len(watched_fds) != 4 + len(read_fds):
-            raise ValueError(
-                "the serde's serialize/deserialize fds and the inner adapter's store/load fds "
-                "must be four distinct file descriptors"
-                + (", and each read_also serde's deserialize fd another one" if read_fds else "")
-            )
+        configs = wrapper_configs(
+            serde, first_type, first_contract, frame=frame, frame_keys=frame_keys,
+            hidden_names=hidden_names, read_also=read_also, auto=auto,
+            reports_sizes=reports_sizes, backend=backend,
+            head_last=adapter_writes_head_last(inner_adapter))
+        self._framer, self._readers = configs.framer, configs.readers
+        self._own_count = configs.written  # the readers of the configs it writes, then read_also
+        read_fds, write_fds = configs.event_fds(inner_adapter)  # ValueError unless distinct
         # A framed tier heals on store: an object that does not verify, or that another config
         # or key wrote, is replaced by the next store of its key (not skipped as existing).
         self._replacing_stores = self._framer is not None and enable_replacing_stores(inner_adapter)
@@ -211,17 +200,13 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         self._streaks = FailureStreaks()
         load_hook_plugins()  # here, not on the poll thread when the first event is emitted
         super().__init__(inner_adapter, "serde-l2-wrapper")  # opens the queues' fds
-        shape = primary.shape
         temporaries = Temporaries(l1_manager)
-        self._shape = shape
+        self._shape = self._readers.primary.shape
         self._stores = StorePath(
-            serde=serde, serde_type=self.serde_type, inner=inner_adapter,
-            size_contract=self.size_contract, framer=self._framer,
-            # a checksummed frame is hashed while the inner adapter writes, if it writes heads last
-            head_last=(self._framer is not None and self._framer.defers_heads
-                       and adapter_writes_head_last(inner_adapter)),
-            shape=shape, temporaries=temporaries, queues=self._queues, metrics=self._metrics,
-            streaks=self._streaks)
+            writers=configs.writers, serde_type=self.serde_type, inner=inner_adapter,
+            temporaries=temporaries, queues=self._queues, metrics=self._metrics,
+            streaks=self._streaks, choose=None if auto is None else auto.policy.decide,
+            on_stored=None if auto is None else auto.observe_store)
         self._loads = LoadPath(
             readers=self._readers, serde_type=self.serde_type, inner=inner_adapter,
             # the stored sizes narrow the temporaries (an upper-bound serde's objects vary in
@@ -233,12 +218,15 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             repair=bool(repair), temporaries=temporaries, queues=self._queues,
             metrics=self._metrics, streaks=self._streaks,
             on_rejected=lambda reason, keys: self._call_listeners("on_l2_keys_rejected",
-                                                                  reason, keys))
+                                                                  reason, keys),
+            on_loaded=None if auto is None else auto.observe_load, written_configs=configs.written)
         self._watch({serde.get_serialize_event_fd(): self._stores.drain_serialize,
                      inner_adapter.get_store_event_fd(): self._stores.drain_inner_store,
                      inner_adapter.get_load_event_fd(): self._loads.drain_inner_load,
                      serde.get_deserialize_event_fd(): self._loads.drain_deserialize,
-                     **{fd: self._loads.drain_deserialize for fd in read_fds}})
+                     **{fd: self._loads.drain_deserialize for fd in read_fds},
+                     **{fd: functools.partial(self._stores.drain_serialize, i)
+                        for i, fd in enumerate(write_fds, start=1)}})
 
     # -- accessors ------------------------------------------------------------------------------
 
@@ -273,6 +261,16 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         """The largest stored object of ``layout`` (frame included) of any configuration this
         wrapper reads: what a load of it reserves in L1 for its temporary."""
         return self._shape.stored_bound(self._readers.load_bound(layout))
+
+    @property
+    def written_configs(self) -> int:
+        """How many of :attr:`read_configs` (the first) stores write: 1, or ``auto``'s candidates."""
+        return self._own_count
+
+    @property
+    def auto_policy(self) -> AutoPolicy | None:
+        """The ``auto`` serde's decision policy (``None`` for a wrapper of one serde)."""
+        return self._auto and self._auto.policy
 
     @property
     def read_configs(self) -> ConfigReaders:
@@ -332,7 +330,8 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             "serde_size_contract": self.size_contract.value,
             "serde_framed": self._framer is not None,
             "serde_frame_mode": "unframed" if self._framer is None else self._framer.describe(),
-            "serde_read_also": self._readers.labels[1:],
+            "serde_read_also": self._readers.labels[self._own_count:],
+            **({} if self._auto is None else {"serde_auto": self._auto.policy.snapshot()}),
             "serde_replacing_stores": self._replacing_stores,
             "serde_wrapper": self._metrics.snapshot(),
             "serde_consecutive_failures": self._streaks.snapshot(),
@@ -359,12 +358,11 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
         report = close_within(self._loop, self._inner, self._serde, self.adapter_type,
                               read_serdes=[r.serde for r in list(self._readers)[1:]])
         unfinished: list[UnfinishedTask] = []
-        hung_loads = {0: report.serde_task_ids, **{
+        hung_ids = {0: report.serde_task_ids, **{
             index: ids for index, ids in enumerate(report.read_serde_task_ids, start=1)}}
-        paths: tuple[tuple[str, Any, Any], ...] = (
-            ("store path", self._stores, report.serde_task_ids),
-            ("load path", self._loads, hung_loads))
-        for name, path, hung_ids in paths:
+        paths: tuple[tuple[str, Any], ...] = (("store path", self._stores),
+                                              ("load path", self._loads))
+        for name, path in paths:
             taken = path.take_unfinished(hung_ids, report.inner_hung, max(report.left(), 0.05))
             if taken is None:
                 what = (f"a caller's submit_{name.split()[0]}_task is stuck in the serde's or the "

@@ -67,6 +67,7 @@ class WrapperTask:
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
     confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
+    writer: int = 0  # store: the index of the serde configuration that serializes it
     heads: list[PendingHeader] | None = None  # store, head-last: each temp's header to be written
 
     def end_stage(self, name: str, now: float) -> float:
