@@ -25,6 +25,7 @@ from lmserde.l2.serde.hidden_names import NameHider, names_key_from_root, parse_
 from lmserde.l2.serde.stored_frame import FRAME_MAGIC, FrameRejected, ObjectFramer, key_bytes
 from lmserde.memory import MemoryFormat, TensorMemoryObj
 from lmserde.tenant_keys import Keyring, KeyringKeyProvider, MasterKeyProvider
+from stored_objects import stored_buffer
 
 KEY = ObjectKey(b"\x01" * 8, "m/odel", 7, 0, "tenant")
 KV = MemoryLayoutDesc([[2, 4, 16]], [torch.bfloat16])
@@ -64,12 +65,7 @@ def _sealed(payload: bytes, framer: AuthenticatedFramer | None = None, key: Obje
 def _open(stored: bytes, framer: AuthenticatedFramer | None = None, key: ObjectKey = KEY,
           bound: int = 1 << 16) -> bytes:
     framer = framer or _framer()
-    raw = torch.zeros(max(len(stored), 1), dtype=torch.uint8)
-    if stored:
-        raw[:len(stored)] = torch.frombuffer(bytearray(stored), dtype=torch.uint8)
-    buf = TensorMemoryObj.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
-                               fmt=MemoryFormat.BINARY_BUFFER)
-    buf.set_used_size(len(stored))
+    buf = stored_buffer(stored)
     view = framer.open(buf, key, KV, bound)
     return bytes(view.raw_data[:view.get_size()].tolist())
 

@@ -23,6 +23,7 @@ from lmserde.l2.serde.stored_frame import (
     parse_header,
 )
 from lmserde.memory import MemoryFormat, TensorMemoryObj
+from stored_objects import stored_buffer
 
 KEY = ObjectKey(b"\x01" * 8, "m/odel", 7, 0, "tenant")
 KV = MemoryLayoutDesc([[2, 32, 256, 8, 128]], [torch.bfloat16])
@@ -61,12 +62,7 @@ def _open(stored: bytes, *, bound: int = 4096, key: ObjectKey = KEY,
           layout: MemoryLayoutDesc = KV, config: dict | None = None,
           checksum: bool = True) -> bytes:
     framer = ObjectFramer(config or CONFIG, checksum=checksum)
-    raw = torch.zeros(max(len(stored), 1), dtype=torch.uint8)
-    if stored:
-        raw[:len(stored)] = torch.frombuffer(bytearray(stored), dtype=torch.uint8)
-    buf = TensorMemoryObj.over(raw, MemoryLayoutDesc([[raw.numel()]], [torch.uint8]),
-                               fmt=MemoryFormat.BINARY_BUFFER)
-    buf.set_used_size(len(stored))
+    buf = stored_buffer(stored)
     payload = framer.open(buf, key, layout, bound)
     return bytes(payload.raw_data[:payload.get_size()].tolist())
 
