@@ -48,6 +48,7 @@ from lmserde.l2.serde.wrapper_task import (
     UnfinishedTask,
     WrapperTask,
     contained_submit,
+    group_slots,
     layout_of,
 )
 from lmserde.memory import MemoryObj
@@ -258,9 +259,7 @@ class LoadPath:
             self._finish(task, Bitmap(task.num_keys), "verify" if hits else None)
             return
         task.phase = TaskPhase.DESERIALIZE
-        groups: dict[int, list[int]] = {}
-        for j in task.hit_slots:  # each payload goes to the configuration that wrote it
-            groups.setdefault(task.readers[j] if task.readers else 0, []).append(j)
+        groups = group_slots(task.hit_slots, task.readers)  # each to the config that wrote it
         failed: list[int] = []
         with self._lock:
             for index, slots in groups.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 
 __all__ = ["TaskPhase", "WrapperTask", "UnfinishedTask", "NoItemError", "layout_of",
-           "contained_submit"]
+           "contained_submit", "group_slots"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
@@ -67,7 +67,10 @@ class WrapperTask:
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
     confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
-    writer: int = 0  # store: the index of the serde configuration that serializes it
+    writers: list[int] = field(default_factory=list)  # store: per temp, the writer (empty: 0)
+    encoding: dict[int, list[int]] = field(default_factory=dict)  # store: writer -> its slots
+    encoded: dict[int, float] = field(default_factory=dict)  # store: writer -> serialize seconds
+    failed_stage: str | None = None  # store: the first stage a group failed in
     heads: list[PendingHeader] | None = None  # store, head-last: each temp's header to be written
 
     def end_stage(self, name: str, now: float) -> float:
@@ -93,6 +96,17 @@ class UnfinishedTask:
 
     fail: Callable[[], None]
     keeps_temporaries: bool
+
+
+def group_slots(slots: Sequence[int], owners: Sequence[int]) -> dict[int, list[int]]:
+    """``slots`` grouped by the configuration each belongs to (``owners[slot]``; an empty
+    ``owners``: every slot is configuration 0's), in order: one serde call per group."""
+    if not owners:
+        return {0: list(slots)}
+    groups: dict[int, list[int]] = {}
+    for j in slots:
+        groups.setdefault(owners[j], []).append(j)
+    return groups
 
 
 def layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
