@@ -1,4 +1,4 @@
-"""Serde ``auto``: per store, the candidate with the least expected store + load time on this
+"""Serde ``auto``: per object, the candidate with the least expected store + load time on this
 adapter, measured online (real ``fs`` and ``memory`` tiers, throttled by the fault adapter's
 bandwidth injection).
 
