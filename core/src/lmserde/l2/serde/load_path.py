@@ -50,6 +50,7 @@ from lmserde.l2.serde.wrapper_task import (
     contained_submit,
     group_slots,
     layout_of,
+    taken_once,
 )
 from lmserde.memory import MemoryObj
 from lmserde.multi import item_size
@@ -518,12 +519,7 @@ class LoadPath:
             self._lock.release()
         held = [(task, False) for task in waiting]
         held += [(task, inner_hung) for task in loading]
-        hung: dict[int, bool] = {}  # a task decoding with several configurations is taken once
-        tasks: dict[int, WrapperTask] = {}
-        for (index, serde_id), task in decoding:
-            tasks[id(task)] = task
-            hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(index, ())
-        held += [(task, hung[ident]) for ident, task in tasks.items()]
+        held += taken_once(decoding, hung_serde_ids)  # a task of several groups: once
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 
     def _failer(self, task: WrapperTask, keep_temporaries: bool) -> Callable[[], None]:

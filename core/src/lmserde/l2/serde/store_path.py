@@ -50,6 +50,7 @@ from lmserde.l2.serde.wrapper_task import (
     contained_submit,
     group_slots,
     layout_of,
+    taken_once,
 )
 from lmserde.memory import MemoryObj
 from lmserde.observability import WrapperTaskEvent
@@ -342,7 +343,7 @@ class StorePath:
             for index, slots in groups.items():
                 group_stored = sum(stored[j] for j in slots)
                 group_kv = (task.bytes_kv if len(groups) == 1 else
-                            sum(task.layouts[j].nbytes() for j in slots))
+                            sum(task.layouts[j].nbytes for j in slots))
                 self._on_stored(index, group_kv, group_stored,
                                 task.encoded.get(index, 0.0),
                                 store_seconds * group_stored / total)
@@ -396,12 +397,7 @@ class StorePath:
             self._inner_storing.clear()
         finally:
             self._lock.release()
-        hung: dict[int, bool] = {}  # a task serializing with several writers is taken once
-        tasks: dict[int, WrapperTask] = {}
-        for (writer, serde_id), task in serializing:
-            tasks[id(task)] = task
-            hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(writer, ())
-        held = [(task, hung[ident]) for ident, task in tasks.items()]
+        held = taken_once(serializing, hung_serde_ids)  # a task of several groups: once
         held += [(task, inner_hung) for task in storing]
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 
 __all__ = ["TaskPhase", "WrapperTask", "UnfinishedTask", "NoItemError", "layout_of",
-           "contained_submit", "group_slots"]
+           "contained_submit", "group_slots", "taken_once"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
@@ -107,6 +107,19 @@ def group_slots(slots: Sequence[int], owners: Sequence[int]) -> dict[int, list[i
     for j in slots:
         groups.setdefault(owners[j], []).append(j)
     return groups
+
+
+def taken_once(in_flight: Iterable[tuple[tuple[int, int], WrapperTask]],
+               hung_serde_ids: Mapping[int, Collection[int]]) -> list[tuple[WrapperTask, bool]]:
+    """The tasks of ``in_flight`` (``(configuration index, serde task id) -> task`` entries; a
+    task with several groups has several), each once, with whether any of its serde tasks is in
+    ``hung_serde_ids[configuration index]`` (it then keeps its temporaries)."""
+    hung: dict[int, bool] = {}
+    tasks: dict[int, WrapperTask] = {}
+    for (index, serde_id), task in in_flight:
+        tasks[id(task)] = task
+        hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(index, ())
+    return [(task, hung[ident]) for ident, task in tasks.items()]
 
 
 def layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
