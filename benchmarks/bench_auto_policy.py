@@ -1,8 +1,9 @@
 """What the ``auto`` policy's decision and bookkeeping cost per object, against a 32 MiB store +
 load through ``fs`` with ``fp8`` measured in the same run (the goal: at most 1 %).
 
-Per object the ``auto`` serde calls :meth:`~lmserde.adaptive.AutoPolicy.decide` once,
-``observe_store`` once and ``observe_load`` once. This times that triple over ``--objects``
+Per object the ``auto`` serde calls :meth:`~lmserde.adaptive.AutoPolicy.decide` once, and
+``observe_store`` and ``observe_load`` at most once (once per candidate group of a task: once
+per object when tasks hold one object, the most it costs). This times that triple over ``--objects``
 objects (nanoseconds per object, median of ``--repeats`` runs), with ``fp8`` as the only
 candidate (the issue's setting) and with three candidates; then the store + load of a
 Llama-3-8B chunk (32 layers x 2 x 256 tokens x 8 KV heads x 128, bf16: 32 MiB) through

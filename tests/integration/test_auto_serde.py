@@ -1,4 +1,4 @@
-"""Serde ``auto``: per store, the candidate with the least expected store + load time on this
+"""Serde ``auto``: per object, the candidate with the least expected store + load time on this
 adapter, measured online (real ``fs`` and ``memory`` tiers, throttled by the fault adapter's
 bandwidth injection).
 
@@ -453,3 +453,61 @@ def test_auto_with_an_authenticated_frame_hides_names_and_reads_every_candidate(
         assert wrapper.metrics()["rejections"] == {}
     assert hits.to_list() == [True] * 4
     assert all(torch.equal(d, _bytes(o)) for d, o in zip(data, objects))
+
+
+def test_one_store_task_puts_its_objects_into_different_candidates(tmp_path: Path,
+                                                                    cache: Cache) -> None:
+    """One decision per object: the warm-up's turns alternate inside each 8-object task; each
+    object's frame names its own candidate, every object loads bit for bit, and the policy hears
+    one store observation per candidate group (each candidate's first store is not measured)."""
+    keys = [key_of(i, salt="mixed") for i in range(16)]
+    objects = [_object(800 + i) for i in range(16)]
+    with _open(tmp_path, cache, _auto([IDENTITY, ZSTD], warmup=8)) as wrapper:
+        assert cache.store(wrapper, keys[:8], objects[:8]).is_successful()
+        assert cache.store(wrapper, keys[8:], objects[8:]).is_successful()
+        names = _fingerprints(wrapper)
+        written = [names[_written_by(tmp_path, key)] for key in keys]
+        snapshot = Run(wrapper, cache).policy.snapshot()
+        hits, data = cache.load(wrapper, keys, [KV] * len(keys))
+    assert written == ["identity", "zstd"] * 8  # the warm-up's turns, object by object
+    assert snapshot["decisions"] == 16 and snapshot["choices"] == {"identity": 8, "zstd": 8}
+    assert snapshot["stores_observed"] == 2  # the second task's two groups
+    assert hits.to_list() == [True] * 16
+    assert all(torch.equal(d, _bytes(o)) for d, o in zip(data, objects))
+
+
+class _RefusingSubmits(AsyncSerdeProcessor):
+    """A processor whose ``submit_serialize`` raises (contained: the task fails)."""
+
+    def submit_serialize(self, *args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("no serializing here")
+
+
+@pytest.mark.parametrize("stage", ["serialize", "serialize_submit"])
+def test_a_failing_candidate_fails_the_whole_mixed_task(tmp_path: Path, cache: Cache,
+                                                        stage: str) -> None:
+    """A task whose objects went to two candidates, one of which fails its serialize (its
+    result, or its submit while the other group is already serializing): the task fails as one
+    failed serialize, nothing of it is stored, every temporary goes back, later tasks store."""
+    good = AsyncSerdeProcessor(IdentitySerializer(), IdentityDeserializer(), 1, serde_type="t_a")
+    bad = (AsyncSerdeProcessor(_ExitingSerializer(), IdentityDeserializer(), 1, serde_type="t_b")
+           if stage == "serialize" else
+           _RefusingSubmits(IdentitySerializer(), IdentityDeserializer(), 1, serde_type="t_b"))
+    policy = AutoPolicy([Candidate("t_a", lossy=False), Candidate("t_b", lossy=False)],
+                        PolicySettings(window=4, warmup=2, explore_every=0), emit_events=False)
+    inner = create_l2_adapter({"type": "fs", "base_path": str(tmp_path)}, cache.l1)
+    keys = [key_of(i, salt="mixfail") for i in range(4)]
+    with SerdeL2AdapterWrapper(inner, good, cache.l1, serde_type="t_a",
+                               auto=AutoWrites(((bad, "t_b", SerdeSizeContract.EXACT),),
+                                               policy)) as wrapper:
+        used = cache.l1.memory_used_bytes()
+        mixed = cache.store(wrapper, keys, [_object(900 + i) for i in range(4)])
+        failures = dict(wrapper.report_status()["serde_wrapper"]["failures"])
+        released = cache.l1.memory_used_bytes() == used
+        hits, _ = cache.load(wrapper, keys, [KV] * len(keys))
+        later = [cache.store(wrapper, [key_of(10 + i, salt="mixfail")], [_object(910 + i)])
+                 .is_successful() for i in range(6)]
+    assert not mixed.is_successful() and failures.get(stage) == 1 and released
+    assert hits.to_list() == [False] * 4
+    assert not any((tmp_path / key_file_name(k)).exists() for k in keys)
+    assert later == [True, False, True, False, True, True]  # turns until t_a is chosen

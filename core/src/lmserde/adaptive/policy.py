@@ -28,10 +28,11 @@ decision in ``explore_every`` (a fixed phase from ``seed``; deterministic) store
 the candidate tried least recently, so every candidate's codec speed and ratio stay current (the
 data and the CPU's load change too) at a bounded cost (at most ``1 / explore_every`` of the
 objects). **Switch bound**: after the adapter's throughput changes, the store window holds only
-new observations once ``window`` objects have been stored, so when the change makes another
-candidate cheaper by more than the hysteresis margin, the choice switches within ``window +
-confirm`` objects stored (and loaded) after the change — in practice within a few, because the
-sum of seconds reacts to a slow transfer at once.
+new observations once ``window`` observations have been heard (the serde wrapper reports one per
+candidate a store task used: one per object for one-object tasks), so when the change makes
+another candidate cheaper by more than the hysteresis margin, the choice switches within
+``window + confirm`` observations of stores (and loads) after the change — in practice within a
+few, because the sum of seconds reacts to a slow transfer at once.
 
 **Quality.** Candidates above ``max_attention_error`` are refused when the policy is built
 (:func:`~lmserde.adaptive.candidates.admit_candidates`) and never chosen.

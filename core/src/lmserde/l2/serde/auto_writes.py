@@ -6,14 +6,16 @@ from the ``candidates`` option, :mod:`lmserde.l2.build`) and an
 need:
 
 - a :class:`~lmserde.l2.serde.store_path.StoreWriter` per candidate: the store path asks the
-  policy which one stores each task (``AutoPolicy.decide``) and frames the task's objects with
-  that candidate's config fingerprint, so every stored object says which candidate wrote it;
+  policy which one stores each object (``AutoPolicy.decide``, once per object), serializes the
+  task's objects in one group per candidate chosen and frames each object with its candidate's
+  config fingerprint, so every stored object says which candidate wrote it;
 - a :class:`~lmserde.l2.serde.read_configs.ConfigReader` per candidate, first in the wrapper's
   :class:`~lmserde.l2.serde.read_configs.ConfigReaders` (before any ``read_also`` config): the
   load path decodes each object with the candidate its frame names, exactly as it decodes an
   object of a ``read_also`` config;
-- the observers that feed the policy: each successful store (serialize seconds, KV and stored
-  bytes, inner store seconds) and each decoded load (deserialize seconds, inner load seconds).
+- the observers that feed the policy: each candidate's group of a successful store (its
+  serialize seconds, KV and stored bytes, its share of the inner store seconds by stored bytes)
+  and each decoded load (deserialize seconds, inner load seconds).
   The first store and the first load of each candidate are not measured: they pay one-time
   costs (the processor's first call, the first L1 temporaries and files), which would make the
   candidate the warm-up measures first look slow until it left the window.
@@ -65,7 +67,7 @@ class AutoWrites:
 
     def observe_store(self, index: int, raw_bytes: int, stored_bytes: int,
                       encode_seconds: float, store_seconds: float) -> None:
-        """A successful store of candidate ``index`` (a
+        """The objects of a successful store that candidate ``index`` wrote (a
         :data:`~lmserde.l2.serde.store_path.StoreObserver`); called on the wrapper's poll
         thread only."""
         if self._first("store", index):

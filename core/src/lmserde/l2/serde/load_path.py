@@ -48,7 +48,9 @@ from lmserde.l2.serde.wrapper_task import (
     UnfinishedTask,
     WrapperTask,
     contained_submit,
+    group_slots,
     layout_of,
+    taken_once,
 )
 from lmserde.memory import MemoryObj
 from lmserde.multi import item_size
@@ -258,9 +260,7 @@ class LoadPath:
             self._finish(task, Bitmap(task.num_keys), "verify" if hits else None)
             return
         task.phase = TaskPhase.DESERIALIZE
-        groups: dict[int, list[int]] = {}
-        for j in task.hit_slots:  # each payload goes to the configuration that wrote it
-            groups.setdefault(task.readers[j] if task.readers else 0, []).append(j)
+        groups = group_slots(task.hit_slots, task.readers)  # each to the config that wrote it
         failed: list[int] = []
         with self._lock:
             for index, slots in groups.items():
@@ -519,12 +519,7 @@ class LoadPath:
             self._lock.release()
         held = [(task, False) for task in waiting]
         held += [(task, inner_hung) for task in loading]
-        hung: dict[int, bool] = {}  # a task decoding with several configurations is taken once
-        tasks: dict[int, WrapperTask] = {}
-        for (index, serde_id), task in decoding:
-            tasks[id(task)] = task
-            hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(index, ())
-        held += [(task, hung[ident]) for ident, task in tasks.items()]
+        held += taken_once(decoding, hung_serde_ids)  # a task of several groups: once
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 
     def _failer(self, task: WrapperTask, keep_temporaries: bool) -> Callable[[], None]:

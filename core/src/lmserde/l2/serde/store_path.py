@@ -10,9 +10,14 @@ temporaries and completes the task. Any failure releases every temporary and com
 as ``L2StoreResult(False, 0)``, naming the stage that failed.
 
 A path may write with several serde configurations (the ``auto`` serde's candidates, each a
-:class:`StoreWriter`): ``choose()`` picks one per task, the task's objects are serialized by that
-configuration's processor and framed with its config fingerprint (the frame records what was
-used), and ``on_stored`` hears what each successful store took (:data:`StoreObserver`).
+:class:`StoreWriter`): ``choose()`` picks one per object, the task's objects are grouped by the
+configuration chosen (:func:`~lmserde.l2.serde.wrapper_task.group_slots`, as the load path groups
+its hits by reader), each group is serialized by one call into that configuration's processor,
+and the serialize stage ends once every group has answered; a group whose submit or result fails
+fails the task (nothing is stored), as a failed serialize does with one configuration. Each object
+is framed with its own configuration's fingerprint (the frame records what was used), then one
+inner store writes all of them, and ``on_stored`` hears what each group's store took
+(:data:`StoreObserver`). With one configuration the task is one group.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
@@ -43,7 +48,9 @@ from lmserde.l2.serde.wrapper_task import (
     UnfinishedTask,
     WrapperTask,
     contained_submit,
+    group_slots,
     layout_of,
+    taken_once,
 )
 from lmserde.memory import MemoryObj
 from lmserde.observability import WrapperTaskEvent
@@ -53,9 +60,12 @@ __all__ = ["StorePath", "StoreWriter", "StoreObserver"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
-#: Hears each successful store task: ``(writer index, KV bytes, stored bytes, serialize
-#: seconds, inner store seconds)`` (stored bytes: what the inner adapter was handed, frames
-#: included). Called on the poll thread; what it raises is logged, never the task's failure.
+#: Hears each group of a successful store task: ``(writer index, the group's KV bytes, its
+#: stored bytes, its serialize seconds, its share of the inner store seconds)`` (stored bytes:
+#: what the inner adapter was handed, frames included; serialize seconds: from the task's
+#: serialize submit until that group's result was seen; the task's one inner store time is split
+#: among its groups by stored bytes). Called on the poll thread; what it raises is logged, never
+#: the task's failure.
 StoreObserver = Callable[[int, int, int, float, float], None]
 
 
@@ -84,8 +94,8 @@ class StorePath:
                  choose: Callable[[], int] | None = None,
                  on_stored: StoreObserver | None = None) -> None:
         """``writers``: the configurations it writes with (one, or ``choose()`` picks the index
-        of the one each task uses; each writer's serialize event fd must run
-        :meth:`drain_serialize` with its index). ``serde_type`` names the path in events."""
+        of the one each object uses, called once per object; each writer's serialize event fd
+        must run :meth:`drain_serialize` with its index). ``serde_type`` names the path in events."""
         self._writers = tuple(writers)
         if not self._writers or (choose is None and len(self._writers) != 1):
             raise ValueError("a store path writes with one serde configuration, or chooses "
@@ -117,12 +127,13 @@ class StorePath:
             self._finish(task, L2StoreResult(True, 0), None)
             return task_id
         try:
-            task.writer = 0 if self._choose is None else self._choose()
-            writer = self._writers[task.writer]
-            shape = writer.shape
+            if self._choose is not None:  # one decision per object
+                task.writers = [self._choose() for _ in keys]
+            writers = [self._writers[w] for w in task.writers] or [self._writers[0]] * len(keys)
             task.layouts = [layout_of(o) for o in objects]
-            items = [shape.serialize_item(o, lay) for o, lay in zip(objects, task.layouts)]
-            task.bounds = [shape.payload_bound(lay) for lay in task.layouts]
+            items = [w.shape.serialize_item(o, lay)
+                     for w, o, lay in zip(writers, objects, task.layouts)]
+            task.bounds = [w.shape.payload_bound(lay) for w, lay in zip(writers, task.layouts)]
             task.bytes_kv = sum(o.get_size() for o in objects)
         except BaseException as exc:  # bad input or a raising estimate fails this task only
             if must_propagate(exc):
@@ -133,27 +144,25 @@ class StorePath:
             return task_id
         task.temp_keys = [make_temp_key(k) for k in keys]
         temps = self._temps.reserve(task.temp_keys,
-                                    [shape.stored_bound(b) for b in task.bounds])
+                                    [w.shape.stored_bound(b) for w, b in zip(writers, task.bounds)])
         if temps is None:
             self._finish(task, L2StoreResult(False, 0), "reserve")
             return task_id
         task.temps = temps
-        framer = writer.framer
-        task.payloads = (temps if framer is None else
-                         [framer.payload_view(t, b) for t, b in zip(temps, task.bounds)])
+        task.payloads = [t if w.framer is None else w.framer.payload_view(t, b)
+                         for w, t, b in zip(writers, temps, task.bounds)]
         failure: str | None = None
         with self._lock:
             if self._closed:
                 failure = "closed"
             else:
-                serde_id = contained_submit(
-                    "submit_serialize",
-                    lambda: writer.serde.submit_serialize(items, task.payloads, keys),
-                    lambda: self._temps.release_written(task.temp_keys))
-                if serde_id is None:
-                    failure = "serialize_submit"
-                else:
-                    self._serializing[(task.writer, serde_id)] = task
+                for index, slots in group_slots(range(len(keys)), task.writers).items():
+                    if not self._submit_serialize(task, index, slots, items):
+                        failure = "serialize_submit"
+                        break
+                if failure is not None and task.encoding:  # earlier groups still write temps:
+                    task.failed_stage = failure  # the last of them to answer fails the task
+                    failure = None
         if failure is not None:
             self._temps.release_written(task.temp_keys)
             self._finish(task, L2StoreResult(False, 0), failure)
@@ -161,11 +170,29 @@ class StorePath:
                 raise RuntimeError("SerdeL2AdapterWrapper is closed")
         return task_id
 
+    def _submit_serialize(self, task: WrapperTask, index: int, slots: list[int],
+                          items: list[Any]) -> bool:
+        """Hand ``slots`` to writer ``index``'s serde (under the path's lock); ``False`` when
+        its submit raised."""
+        if len(slots) == len(task.keys):  # one group: the task's own lists
+            args = (items, task.payloads, task.keys)
+        else:
+            args = ([items[j] for j in slots], [task.payloads[j] for j in slots],
+                    [task.keys[j] for j in slots])
+        serde_id = contained_submit(
+            "submit_serialize", lambda: self._writers[index].serde.submit_serialize(*args),
+            lambda: self._temps.release_written(task.temp_keys))
+        if serde_id is None:
+            return False
+        task.encoding[index] = slots
+        self._serializing[(index, serde_id)] = task
+        return True
+
     # -- serialize done -------------------------------------------------------------------------
 
     def drain_serialize(self, writer: int = 0) -> None:
-        """Handle the serialize event of writer ``writer``'s serde: move every finished task
-        on."""
+        """Handle the serialize event of writer ``writer``'s serde: collect its finished
+        groups; a task moves on once each writer it handed objects to has answered."""
         serde = self._writers[writer].serde
         with self._lock:
             pending = [(ids[1], task) for ids, task in self._serializing.items()
@@ -181,18 +208,25 @@ class StorePath:
                 continue
             with self._lock:
                 self._serializing.pop((writer, serde_id), None)
+                task.encoding.pop(writer, None)
+                task.encoded[writer] = time.perf_counter() - task.stage_started
+                if not ok and task.failed_stage is None:
+                    task.failed_stage = "serialize"
+                last = not task.encoding  # else another writer still serializes some
+            if not last:
+                continue
             try:
-                self._after_serialize(task, ok)
+                self._after_serialize(task)
             except BaseException:  # never leave a task unfinished (this is the poll thread)
                 _log.exception("serde wrapper: store task %d failed after serialize", task.task_id)
                 self._release(task)
                 self._finish(task, L2StoreResult(False, 0), "internal")
 
-    def _after_serialize(self, task: WrapperTask, ok: bool) -> None:
+    def _after_serialize(self, task: WrapperTask) -> None:
         self._metrics.record_stage("serialize", task.end_stage("serialize", time.perf_counter()))
-        if not ok:
+        if task.failed_stage is not None:  # a group's submit or serialize failed
             self._temps.release_written(task.temp_keys)
-            self._finish(task, L2StoreResult(False, 0), "serialize")
+            self._finish(task, L2StoreResult(False, 0), task.failed_stage)
             return
         try:
             self._seal(task)
@@ -203,8 +237,8 @@ class StorePath:
             self._finish(task, L2StoreResult(False, 0), "frame_key")
             return
         except ValueError as exc:
-            _log.warning("serde wrapper: store task %d: serde '%s' broke its output contract: %s",
-                         task.task_id, self._writers[task.writer].serde_type, exc)
+            _log.warning("serde wrapper: store task %d broke its output contract: %s",
+                         task.task_id, exc)
             task.settle_heads()
             self._temps.release_written(task.temp_keys)
             self._finish(task, L2StoreResult(False, 0), "output_contract")
@@ -242,31 +276,34 @@ class StorePath:
 
         Raises ``ValueError`` when an object breaks the output contract; nothing is stored then.
         """
-        writer = self._writers[task.writer]
-        for i, (payload, bound) in enumerate(zip(task.payloads, task.bounds)):
+        writers = ([self._writers[w] for w in task.writers]
+                   or [self._writers[0]] * len(task.payloads))
+        for i, (writer, payload, bound) in enumerate(zip(writers, task.payloads, task.bounds)):
             written = payload.get_size()
             if not 0 <= written <= bound:
-                raise ValueError(f"object {i}: wrote {written} bytes, outside its estimate {bound}")
+                raise ValueError(f"object {i}: serde '{writer.serde_type}' wrote {written} "
+                                 f"bytes, outside its estimate {bound}")
             if writer.size_contract is SerdeSizeContract.EXACT and written != bound:
                 raise ValueError(
-                    f"object {i}: wrote {written} bytes under an EXACT size contract "
-                    f"(estimate {bound})"
+                    f"object {i}: serde '{writer.serde_type}' wrote {written} bytes under an "
+                    f"EXACT size contract (estimate {bound})"
                 )
-        framer = writer.framer
-        if framer is None:
+        if writers[0].framer is None:  # framed or not is the wrapper's, alike for every writer
             return
+        framers = [cast(ObjectFramer, w.framer) for w in writers]
         # A checksum the serde's pass computed over exactly the payload written (its bound hasher)
         # is used as it is; the others are hashed here: while the inner adapter writes
-        # (head-last) or before the store.
-        hashed = [framer.serde_checksum(p, p.get_size()) for p in task.payloads]
-        if writer.head_last and any(c is None for c in hashed):
+        # (head-last: when every object's writer defers its head) or before the store.
+        hashed = [f.serde_checksum(p, p.get_size()) for f, p in zip(framers, task.payloads)]
+        if all(w.head_last for w in writers) and any(c is None for c in hashed):
             task.heads = [framer.seal_deferred(temp, payload.get_size(), key, layout,
                                                checksum=checksum)
-                          for temp, payload, key, layout, checksum in zip(
-                              task.temps, task.payloads, task.keys, task.layouts, hashed)]
+                          for framer, temp, payload, key, layout, checksum in zip(
+                              framers, task.temps, task.payloads, task.keys, task.layouts,
+                              hashed)]
             return
-        for temp, payload, key, layout, checksum in zip(task.temps, task.payloads, task.keys,
-                                                        task.layouts, hashed):
+        for framer, temp, payload, key, layout, checksum in zip(
+                framers, task.temps, task.payloads, task.keys, task.layouts, hashed):
             framer.seal(temp, payload.get_size(), key, layout, checksum=checksum)
 
     # -- inner store done -----------------------------------------------------------------------
@@ -286,7 +323,7 @@ class StorePath:
             self._metrics.record_stage("inner_store",
                                        task.end_stage("inner_store", time.perf_counter()))
             task.settle_heads()  # a key the adapter skipped never finished its head
-            stored = sum(t.get_size() for t in task.temps)  # before L1 may hand them out again
+            stored = [t.get_size() for t in task.temps]  # before L1 may hand them out again
             self._temps.release_read(task.temp_keys)
             if not isinstance(result, L2StoreResult):
                 result = L2StoreResult(bool(result), 0)
@@ -294,13 +331,22 @@ class StorePath:
                 self._observe(task, stored)  # heard before the caller has its result
             self._finish(task, result, None if result.is_successful() else "inner_store")
 
-    def _observe(self, task: WrapperTask, stored: int) -> None:
-        """Tell ``on_stored`` what the task's store took (never fails the task)."""
+    def _observe(self, task: WrapperTask, stored: list[int]) -> None:
+        """Tell ``on_stored`` what each group of the task took (``stored``: bytes per object;
+        the inner store time is split among the groups by stored bytes). Never fails the
+        task."""
         assert self._on_stored is not None
         try:
-            self._on_stored(task.writer, task.bytes_kv, stored,
-                            task.stage_seconds.get("serialize", 0.0),
-                            task.stage_seconds.get("inner_store", 0.0))
+            groups = group_slots(range(len(stored)), task.writers)
+            store_seconds = task.stage_seconds.get("inner_store", 0.0)
+            total = sum(stored) or 1
+            for index, slots in groups.items():
+                group_stored = sum(stored[j] for j in slots)
+                group_kv = (task.bytes_kv if len(groups) == 1 else
+                            sum(task.layouts[j].nbytes for j in slots))
+                self._on_stored(index, group_kv, group_stored,
+                                task.encoded.get(index, 0.0),
+                                store_seconds * group_stored / total)
         except Exception as exc:
             _log.warning("serde wrapper: store observer raised: %s", describe_exception(exc))
 
@@ -351,8 +397,7 @@ class StorePath:
             self._inner_storing.clear()
         finally:
             self._lock.release()
-        held = [(task, serde_id in hung_serde_ids.get(writer, ()))
-                for (writer, serde_id), task in serializing]
+        held = taken_once(serializing, hung_serde_ids)  # a task of several groups: once
         held += [(task, inner_hung) for task in storing]
         return [UnfinishedTask(self._failer(task, keep), keep) for task, keep in held]
 

@@ -129,8 +129,9 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
     wrapper and closed with it, under the same bound.
 
     ``auto`` (:class:`~lmserde.l2.serde.auto_writes.AutoWrites`): serde ``auto``, ``serde`` its
-    first candidate (``serde_type`` that one's type): each store task is written by the candidate
-    its policy picks, framed with that candidate's config; loads decode any candidate. It needs
+    first candidate (``serde_type`` that one's type): each object of a store task is written by
+    the candidate its policy picks for it (one serialize per candidate the task uses, one inner
+    store), framed with that candidate's config; loads decode any candidate. It needs
     framing and stored sizes (``ValueError``); ``serde_type`` is then ``auto``, and
     ``report_status()["serde_auto"]`` the policy's :meth:`~lmserde.adaptive.AutoPolicy.snapshot`.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryObj
 
 __all__ = ["TaskPhase", "WrapperTask", "UnfinishedTask", "NoItemError", "layout_of",
-           "contained_submit"]
+           "contained_submit", "group_slots", "taken_once"]
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
@@ -67,7 +67,10 @@ class WrapperTask:
     missed_by_size: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # load: keys refused, by reason
     confirms: list[Any] = field(default_factory=list)  # load: per temp, waits for its checksum
-    writer: int = 0  # store: the index of the serde configuration that serializes it
+    writers: list[int] = field(default_factory=list)  # store: per temp, the writer (empty: 0)
+    encoding: dict[int, list[int]] = field(default_factory=dict)  # store: writer -> its slots
+    encoded: dict[int, float] = field(default_factory=dict)  # store: writer -> serialize seconds
+    failed_stage: str | None = None  # store: the first stage a group failed in
     heads: list[PendingHeader] | None = None  # store, head-last: each temp's header to be written
 
     def end_stage(self, name: str, now: float) -> float:
@@ -93,6 +96,30 @@ class UnfinishedTask:
 
     fail: Callable[[], None]
     keeps_temporaries: bool
+
+
+def group_slots(slots: Sequence[int], owners: Sequence[int]) -> dict[int, list[int]]:
+    """``slots`` grouped by the configuration each belongs to (``owners[slot]``; an empty
+    ``owners``: every slot is configuration 0's), in order: one serde call per group."""
+    if not owners:
+        return {0: list(slots)}
+    groups: dict[int, list[int]] = {}
+    for j in slots:
+        groups.setdefault(owners[j], []).append(j)
+    return groups
+
+
+def taken_once(in_flight: Iterable[tuple[tuple[int, int], WrapperTask]],
+               hung_serde_ids: Mapping[int, Collection[int]]) -> list[tuple[WrapperTask, bool]]:
+    """The tasks of ``in_flight`` (``(configuration index, serde task id) -> task`` entries; a
+    task with several groups has several), each once, with whether any of its serde tasks is in
+    ``hung_serde_ids[configuration index]`` (it then keeps its temporaries)."""
+    hung: dict[int, bool] = {}
+    tasks: dict[int, WrapperTask] = {}
+    for (index, serde_id), task in in_flight:
+        tasks[id(task)] = task
+        hung[id(task)] = hung.get(id(task), False) or serde_id in hung_serde_ids.get(index, ())
+    return [(task, hung[ident]) for ident, task in tasks.items()]
 
 
 def layout_of(obj: MemoryObj) -> MemoryLayoutDesc:
