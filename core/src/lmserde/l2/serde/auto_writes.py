@@ -31,7 +31,7 @@ from lmserde.base import SerdeProcessor
 from lmserde.l2.serde.frame_keys import FrameKeys
 from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.l2.serde.read_configs import ConfigReader, ReadAlsoSerde, config_reader, framer_for
-from lmserde.l2.serde.store_path import StoreWriter
+from lmserde.l2.serde.store_writer import StoreWriter
 from lmserde.spec import SerdeSizeContract
 
 __all__ = ["AutoWrites"]

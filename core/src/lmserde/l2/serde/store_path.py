@@ -26,10 +26,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
-from lmserde.base import SerdeProcessor
 from lmserde.containment import describe_exception, must_propagate
 from lmserde.hooks import emit_wrapper_task_event
 from lmserde.keys import ObjectKey, make_temp_key
@@ -40,7 +38,7 @@ from lmserde.l2.contract.task_queues import AdapterTaskQueues
 from lmserde.l2.serde.failure_streaks import FailureStreaks
 from lmserde.l2.serde.frame_keys import KeyNotHeld
 from lmserde.l2.serde.metrics import WrapperMetrics
-from lmserde.l2.serde.serde_shape import SerdeShape
+from lmserde.l2.serde.store_writer import StoreObserver, StoreWriter
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.l2.serde.temporaries import Temporaries
 from lmserde.l2.serde.wrapper_task import (
@@ -56,33 +54,9 @@ from lmserde.memory import MemoryObj
 from lmserde.observability import WrapperTaskEvent
 from lmserde.spec import SerdeSizeContract
 
-__all__ = ["StorePath", "StoreWriter", "StoreObserver"]
+__all__ = ["StorePath", "StoreWriter", "StoreObserver"]  # the last two from store_writer
 
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
-
-#: Hears each group of a successful store task: ``(writer index, the group's KV bytes, its
-#: stored bytes, its serialize seconds, its share of the inner store seconds)`` (stored bytes:
-#: what the inner adapter was handed, frames included; serialize seconds: from the task's
-#: serialize submit until that group's result was seen; the task's one inner store time is split
-#: among its groups by stored bytes). Called on the poll thread; what it raises is logged, never
-#: the task's failure.
-StoreObserver = Callable[[int, int, int, float, float], None]
-
-
-@dataclass(frozen=True)
-class StoreWriter:
-    """One serde configuration a store path writes with: its processor, its name in logs
-    (``serde_type``), its size contract, its frame codec (``None``: unframed), whether its
-    frame's head is finished while the inner adapter writes (``head_last``), and its bounds
-    and item views (``shape``)."""
-
-    serde: SerdeProcessor
-    serde_type: str
-    size_contract: SerdeSizeContract
-    framer: ObjectFramer | None
-    head_last: bool
-    shape: SerdeShape
-
 
 class StorePath:
     """Stores of one serde wrapper (see the module docstring). Thread-safe: ``submit`` runs on

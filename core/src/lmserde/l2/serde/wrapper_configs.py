@@ -25,7 +25,7 @@ from lmserde.l2.serde.read_configs import (
     framer_for,
     read_also_readers,
 )
-from lmserde.l2.serde.store_path import StoreWriter
+from lmserde.l2.serde.store_writer import StoreWriter
 from lmserde.l2.serde.stored_frame import ObjectFramer
 from lmserde.spec import SerdeSizeContract
 
