@@ -37,6 +37,9 @@ def test_both_modes_store_and_load_every_chunk_in_their_own_directory(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["frame-framed", "frame-unframed"]
     assert found["serde"] == "identity" and found["chunk_bytes"] == CHUNK
     assert found["bytes_per_object"] == FRAME_HEADER_BYTES and found["rounds"] == 3
+    # what the adapter reported storing: the payload, plus the header when framed
+    assert found["unframed_object_bytes"] == CHUNK
+    assert found["framed_object_bytes"] == CHUNK + FRAME_HEADER_BYTES
     for mode in ("framed", "unframed"):
         assert found[f"{mode}_ms"] == pytest.approx(found[f"{mode}_store_ms"]
                                                     + found[f"{mode}_load_ms"])

@@ -98,6 +98,8 @@ class _Rounds:
         capacity = 4 * (chunks + 1) * layout.nbytes + (64 << 20)
         self.l1 = L1Manager(capacity, temp_pool_bytes=capacity)
         self.adapters: dict[bool, Any] = {}
+        #: Bytes the adapter reported for each mode's latest store (the stored object's size).
+        self.stored_bytes: dict[bool, int] = {}
         for framed in _MODES:
             self.adapters[framed] = create_l2_adapter(specs[framed], self.l1)
 
@@ -120,7 +122,9 @@ class _Rounds:
         """Wall and process CPU seconds of one store task of the filled object ``obj``."""
         start, cpu = time.perf_counter(), time.process_time()
         try:
-            ok = store_sync(self.adapters[framed], [key], [obj], self.timeout).is_successful()
+            result = store_sync(self.adapters[framed], [key], [obj], self.timeout)
+            ok = result.is_successful()
+            self.stored_bytes[framed] = result.bytes_transferred()
         finally:
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             self.l1.finish_read([key])  # the pooled object goes back to the pool
@@ -147,7 +151,8 @@ class _Rounds:
 
     def round(self, chunks: Sequence[torch.Tensor], framed_first: bool) -> dict[bool, Any]:
         """Store every chunk through both modes, then load every chunk back, taking turns."""
-        out: dict[bool, Any] = {m: {"store": [], "load": [], "cpu": 0.0} for m in _MODES}
+        out: dict[bool, Any] = {m: {"store": [], "load": [], "bytes": [], "cpu": 0.0}
+                                for m in _MODES}
         nonce = os.urandom(8)
         keys = {m: [ObjectKey(nonce + bytes([m]) + i.to_bytes(3, "big"), BENCH_MODEL_NAME, 0)
                     for i in range(len(chunks))] for m in _MODES}
@@ -163,6 +168,7 @@ class _Rounds:
                     obj = self.fill(keys[m][i], chunk)
                 wall, cpu = self.store(m, keys[m][i], obj)
                 out[m]["store"].append(wall)
+                out[m]["bytes"].append(self.stored_bytes[m])
                 out[m]["cpu"] += cpu
         for i in range(len(chunks)):
             for m in order:
@@ -199,7 +205,8 @@ def measure_frame_overhead(
     medians) and
     ``overhead_range`` (that ratio per round), ``framed_store_ms`` / ``unframed_store_ms`` /
     ``framed_load_ms`` / ``unframed_load_ms`` (medians), and ``cpu_overhead`` /
-    ``cpu_overhead_range``. Raises
+    ``cpu_overhead_range``, and ``framed_object_bytes`` / ``unframed_object_bytes`` (the median
+    size the adapter reported storing per chunk, the frame included). Raises
     :class:`~lmserde.bench.data_path.DataPathError` when a store fails or a load misses.
     """
     if rounds < 1 or not chunks:
@@ -243,6 +250,9 @@ def measure_frame_overhead(
         "unframed_load_ms": statistics.median(every[False]["load"]) * 1e3,
         "cpu_overhead": statistics.median(cpu) if cpu else None,
         "cpu_overhead_range": [min(cpu), max(cpu)] if cpu else None,
+        "framed_object_bytes": int(statistics.median(b for r in done for b in r[True]["bytes"])),
+        "unframed_object_bytes": int(statistics.median(
+            b for r in done for b in r[False]["bytes"])),
     }
 
 
@@ -254,8 +264,9 @@ def paired_rounds(
     """The paired rounds of :func:`measure_frame_overhead` for any two adapter specs
     (``specs[True]`` and ``specs[False]``, each built with its serde over one L1 manager):
     one warm-up round, then ``rounds`` counted ones, the two taking turns chunk by chunk. Per
-    counted round and spec: ``store`` and ``load`` (wall seconds per chunk, in chunk order)
-    and ``cpu`` (process CPU seconds of its tasks)."""
+    counted round and spec: ``store`` and ``load`` (wall seconds per chunk, in chunk order),
+    ``bytes`` (what each store reported storing) and ``cpu`` (process CPU seconds of its
+    tasks)."""
     paired = _Rounds(specs, layout, len(chunks), timeout, on_step, cold_sources)
     try:
         paired.round(chunks, True)  # warm-up: page cache, pools, plans
