@@ -55,8 +55,10 @@ def _wait_for(condition: object, timeout: float = 10.0) -> None:
 def test_without_tenant_removes_every_version_and_keeps_the_others() -> None:
     ring = _ring().without_tenant("alice")
     assert set(ring.tenants) == {"bob"} and ring.secret("bob", 1) == S3
-    with pytest.raises(UnknownTenantError):
+    with pytest.raises(UnknownTenantError) as refused:
         ring.secret("alice", 1)
+    # the refusal a forgotten tenant's loads log must not suggest a new key brings them back
+    assert "tenant forget" in str(refused.value) and "new stores only" in str(refused.value)
     with pytest.raises(UnknownTenantError):
         ring.without_tenant("alice")
 

@@ -18,6 +18,21 @@ def test_writes_32_random_bytes_mode_0600(tmp_path: Path) -> None:
     assert read_master_key_file(a) == a.read_bytes()
 
 
+def test_a_new_key_never_ends_with_a_newline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """1 random key in 256 ends with 0x0A, which reading it would warn about (an editor's
+    newline?): keygen draws again instead."""
+    from lmserde.tenant_keys import key_files
+
+    draws = iter([b"k" * 31 + b"\n", b"k" * 31 + b"\n", b"k" * 32])
+    monkeypatch.setattr(key_files.secrets, "token_bytes", lambda n: next(draws))
+    path = write_master_key(tmp_path / "k")
+    assert path.read_bytes() == b"k" * 32
+    with caplog.at_level("WARNING"):
+        read_master_key_file(path)
+    assert "newline" not in caplog.text
+
+
 def test_mode_is_0600_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o277)
     try:

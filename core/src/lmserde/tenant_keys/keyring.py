@@ -111,8 +111,10 @@ class Keyring:
         except KeyError:
             raise UnknownTenantError(
                 f"the keyring holds no key for tenant {tenant!r} (cache_salt); it knows "
-                f"{len(self.tenants)} tenant(s). Add one with `lmserde keygen --keyring FILE "
-                f"--tenant {tenant!r}`."
+                f"{len(self.tenants)} tenant(s). A new tenant gets one with `lmserde keygen "
+                f"--keyring FILE --tenant {tenant!r}`. If the tenant was removed with `lmserde "
+                "tenant forget`, its objects stay unreadable by design: a new key serves new "
+                "stores only."
             ) from None
 
     def secret(self, tenant: str, version: int) -> bytes:
