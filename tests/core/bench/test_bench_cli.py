@@ -24,7 +24,8 @@ FRAME_FIELDS = {"serde", "bytes_per_object", "chunk_bytes", "rounds", "framed_ms
                 "pairs", "paired_extra_ms_interval", "paired_overhead_interval",
                 "paired_interval_coverage", "within_noise",
                 "framed_store_ms", "unframed_store_ms", "framed_load_ms", "unframed_load_ms",
-                "cpu_overhead", "cpu_overhead_range"}
+                "cpu_overhead", "cpu_overhead_range", "framed_object_bytes",
+                "unframed_object_bytes"}
 SOURCE_FIELDS = {"kind", "model", "model_description", "model_layers", "seed", "layers_per_chunk",
                  "layer_ids", "tokens_per_chunk", "kv_heads", "head_dim", "dtype", "chunk_bytes",
                  "full_chunk_bytes", "chunks"}
