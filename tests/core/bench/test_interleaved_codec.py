@@ -215,3 +215,31 @@ def _record_processors(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(codec_phase, "_build_processor", build)
     return built
+
+
+def test_a_processor_failing_to_close_fails_its_serde_only(
+        monkeypatch: pytest.MonkeyPatch, test_serdes: Register) -> None:
+    """A serde whose processor raises on close (after its last round) is an error, not a
+    measurement; the other serdes go on through the data path."""
+    test_serdes("bench_halfbyte", "bench_halfbyte2")
+    _FakeTimes(lambda serde, d: 0.2).install(monkeypatch)  # 2 rounds time 0.4 s >= 0.25 s
+    real = codec_phase._build_processor
+
+    def build(config: Any) -> tuple[Any, str]:
+        processor, contract = real(config)
+        if config["type"] == "bench_halfbyte":
+            close = processor.close
+
+            def broken_close() -> None:
+                close()
+                raise RuntimeError("close failed")
+            processor.close = broken_close
+        return processor, contract
+
+    monkeypatch.setattr(codec_phase, "_build_processor", build)
+    progress = _RecordingProgress()
+    broken, fine = _run(["bench_halfbyte", "bench_halfbyte2"], 2, progress).results
+    assert broken.status == "error" and broken.error == "RuntimeError: close failed"
+    assert fine.ok and fine.codec_rounds == 2 and fine.quality is not None
+    assert [p[0] for p in progress.phases[1:]] == ["bench_halfbyte2"]
+    progress.assert_steps_add_up()

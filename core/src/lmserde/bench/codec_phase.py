@@ -102,6 +102,12 @@ class CodecMeasurement:
         self.processor: SerdeProcessor | None = None
 
     @property
+    def measured(self) -> bool:
+        """Timed every round and closed its processor without an error: :attr:`timing` and
+        :attr:`form` hold its measurement."""
+        return self.timing is not None and self.form is not None and self.result.ok
+
+    @property
     def running(self) -> bool:
         """Prepared, not failed, and wanting another round."""
         return (self.rounds is not None and self.timing is None and self.result.ok
@@ -204,8 +210,8 @@ def measure_codecs(
 ) -> list[CodecMeasurement]:
     """Time the codecs of ``entries`` (a result to fill and the completed config, per serde) on
     ``chunks``, interleaved (see the module docstring), as one progress phase of
-    :func:`codec_phase_steps` steps. Returns one :class:`CodecMeasurement` per entry: its
-    ``timing`` and ``form`` are set when the serde was measured, else its result says why not.
+    :func:`codec_phase_steps` steps. Returns one :class:`CodecMeasurement` per entry, ``measured``
+    or with a result that says why not.
     """
     phase = _Phase(chunks, repeat, progress, timeout=timeout, mute_logs=mute_logs,
                    min_seconds=min_seconds, max_rounds=max_rounds)

@@ -163,7 +163,8 @@ def _measure_all(
     codecs = measure_codecs(list(zip(results, configs)), [ref.chunk for ref in refs],
                             opts.repeat, progress, timeout=opts.timeout, mute_logs=mute_logs)
     for codec in codecs:
-        if codec.timing is not None and codec.form is not None:
+        if codec.measured:
+            assert codec.form is not None and codec.timing is not None
             _after_codec(codec.result, codec.config, codec.form, codec.timing, refs, opts,
                          adapter_spec, progress, mute_logs)
     return results
