@@ -3,6 +3,7 @@
 * ``bench_kvgroups``: a two-slot multi serde (K group, V group) storing both bit-exactly;
 * ``bench_vonly``: a split-tier serde: its K slot is absent (slot mapping ``(None, 1)``), V exact;
 * ``bench_halfbyte``: lossy, stores the high byte of each 2-byte element (ratio 2);
+* ``bench_halfbyte2``: ``bench_halfbyte`` under another name (two serdes that store alike);
 * ``bench_upper``: exact values, UPPER_BOUND size contract (4-byte length header, generous estimate);
 * ``bench_warns``: identity whose serialize emits a ``UserWarning``;
 * ``bench_broken``: serialize always raises;
@@ -166,6 +167,10 @@ SPECS: dict[str, SerdeSpec] = {
         placement=StoragePlacementMode.KV_SPLIT_TIER),
     "bench_halfbyte": SerdeSpec(
         lambda kw: _processor(HalfByteSerializer(), HalfByteDeserializer(), "bench_halfbyte", kw),
+        "high byte of each 2-byte element", (max_workers_option(1),), SerdeSizeContract.EXACT,
+        lossy=True),
+    "bench_halfbyte2": SerdeSpec(
+        lambda kw: _processor(HalfByteSerializer(), HalfByteDeserializer(), "bench_halfbyte2", kw),
         "high byte of each 2-byte element", (max_workers_option(1),), SerdeSizeContract.EXACT,
         lossy=True),
     "bench_upper": SerdeSpec(

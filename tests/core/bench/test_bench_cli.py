@@ -36,7 +36,8 @@ RESULT_FIELDS = {"label", "config", "status", "ok", "error", "lossy", "size_cont
                  "encode_gbps", "decode_gbps", "encode_ms_per_chunk", "decode_ms_per_chunk",
                  "codec_rounds", "encode_ms_rounds", "decode_ms_rounds",
                  "store_ms_p50", "load_ms_p50", "wrapper_stage_ms_p50", "quality", "acceptable",
-                 "break_even_gbps", "tier_load_ms", "warnings", "placement", "l1_bytes_per_chunk"}
+                 "break_even_gbps", "tier_load_ms", "warnings", "placement", "l1_bytes_per_chunk",
+                 "codec_interleaved"}
 TENSOR_FIELDS = {"rel_mse", "cosine", "max_abs_err", "bit_exact", "nonfinite"}
 QUALITY_FIELDS = {"keys", "values", "overall", "attn_logit_rel_err", "attn_logit_max_abs_err",
                   "attn_weight_tv", "attn_weight_max_abs_err", "attn_output_rel_err",

@@ -85,6 +85,35 @@ def test_a_clear_winner_is_recommended_alone() -> None:
     assert "within measurement noise" not in rec.text
 
 
+def test_interleaved_serdes_are_compared_on_their_paired_rounds() -> None:
+    """Each serde's own rounds spread over 0.3-0.5 ms (one slow pass hits both), so their
+    intervals overlap; paired round by round, ``slower`` is 0.02 ms slower in every pass: not
+    within noise, ``faster`` alone (a tie would go to ``slower``, the first label). Pairs whose
+    differences change sign are within noise."""
+    from lmserde.bench.recommend import paired_load_difference
+
+    base = [0.30, 0.31, 0.50, 0.32, 0.30, 0.31, 0.33]
+    faster = _result("faster", 300_000, base, exact=False)
+    slower = _result("b-slower", 300_000, [x + 0.02 for x in base], exact=False)
+    for r in (faster, slower):
+        r.codec_interleaved = True
+    diff = paired_load_difference(slower, faster, TIER.bytes_per_second)
+    assert diff is not None and diff.low == pytest.approx(0.02) == pytest.approx(diff.high)
+    (rec,) = recommend([faster, slower], [TIER], max_attn_error=0.05)
+    assert rec.serde == "faster" and rec.within_noise == ()
+    slower.codec_interleaved = False  # not timed together: their intervals' overlap decides
+    (rec,) = recommend([faster, slower], [TIER], max_attn_error=0.05)
+    assert rec.serde == "b-slower" and rec.within_noise == ("faster",)
+    slower.codec_interleaved = True
+    slower.decode_ms_rounds = [x + d for x, d in
+                               zip(base, [0.02, -0.01, 0.03, -0.02, 0.01, 0.0, 0.02])]
+    (rec,) = recommend([faster, slower], [TIER], max_attn_error=0.05)
+    assert rec.serde == "b-slower" and rec.within_noise == ("faster",)
+    # the text gives the paired difference to the recommended one: faster - slower per pass
+    assert "within measurement noise of faster 0.610 ms (0.600-0.800), paired -0.010 ms " \
+        "(-0.030 to +0.020) (vs 0.610 ms (0.600-0.830))" in rec.text
+
+
 @settings(max_examples=60, deadline=None)
 @given(jitter=st.lists(st.floats(-0.02, 0.02), min_size=7, max_size=7),
        shift=st.floats(-0.03, 0.03))

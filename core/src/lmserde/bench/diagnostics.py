@@ -37,16 +37,18 @@ def _drop_all(record: logging.LogRecord) -> bool:
 
 
 @contextmanager
-def capture_diagnostics(*, mute: bool = False) -> Iterator[list[str]]:
+def capture_diagnostics(*, mute: bool = False, into: list[str] | None = None) -> Iterator[list[str]]:
     """Collect Python warnings and WARNING+ log records raised inside the block.
 
     The yielded list is filled, in order of first appearance and without repeats (at most
-    :data:`MAX_DIAGNOSTICS`), when the block exits. With ``mute`` the root logger's other
-    handlers drop records meanwhile (warnings are never shown while collected). Not reentrant
-    across threads: one measurement at a time.
+    :data:`MAX_DIAGNOSTICS`), when the block exits. ``into``: a list of messages collected
+    before (by earlier blocks of the same serde); the new ones are added to it, the same rules
+    counting the ones it holds, and it is the list yielded. With ``mute`` the root logger's
+    other handlers drop records meanwhile (warnings are never shown while collected). Not
+    reentrant across threads: one measurement at a time.
     """
-    found: dict[str, None] = {}
-    out: list[str] = []
+    out: list[str] = into if into is not None else []
+    found: dict[str, None] = dict.fromkeys(out)
     root = logging.getLogger()
     collector = _Collector(found)
     muted = list(root.handlers) if mute else []
@@ -66,4 +68,4 @@ def capture_diagnostics(*, mute: bool = False) -> Iterator[list[str]]:
         root.removeHandler(collector)
         for handler in muted:
             handler.removeFilter(_drop_all)
-        out.extend(found)
+        out[:] = found

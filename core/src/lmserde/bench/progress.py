@@ -8,7 +8,8 @@ __all__ = ["Progress", "NullProgress", "RichProgress"]
 
 
 class Progress(Protocol):
-    """Receives the runner's progress: one phase per serde, then steps within it."""
+    """Receives the runner's progress: one phase at a time (the interleaved codec timing of
+    every serde, then one per serde, then the frame and bandwidth measurements), steps within it."""
 
     def begin(self, label: str, total: int) -> None:
         """A new phase of ``total`` steps starts."""

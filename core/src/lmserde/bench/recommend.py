@@ -13,10 +13,21 @@ out the half that stays in host memory.
 (``stored / B`` plus that round's decode time per chunk); its median carries the sign-test
 interval of :func:`~lmserde.bench.median_interval.median_interval` (the frame line's). A serde
 whose interval reaches raw bytes' load time is *within noise of raw*: raw bytes are recommended
-and the text says so. Serdes whose intervals overlap the fastest one's are *within noise of each
+and the text says so. Serdes within noise of the fastest one (the lowest median) are *within noise of each
 other*: the text names them all, and the one recommended is chosen by properties a rerun does not
 change — lossless before lossy, then the fewest stored bytes, then the label — so two runs on a
 quiet machine give the same answer instead of flipping between near-equal serdes.
+
+Whether a serde is within noise of the fastest one: when both were timed interleaved
+(``codec_interleaved``, :mod:`lmserde.bench.codec_phase`), on their **paired rounds** — the
+median of the per-round differences of their modelled load times (round ``i`` of one minus round
+``i`` of the other, over the rounds both timed) and its sign-test interval
+(:func:`paired_load_difference`): within noise unless the interval lies wholly above 0 (the
+serde is slower than the fastest one in every pair the interval keeps). A slow spell that hits
+one pass of the interleaved rounds slows both serdes of a pair alike, so it moves the
+differences far less than it moves either serde's own interval. Otherwise (results not timed
+together), by overlap: within noise when its interval's low end is at most the fastest one's
+high end.
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from lmserde.bench.median_interval import MedianInterval, median_interval
 from lmserde.bench.report import Recommendation, SerdeResult
 
 __all__ = ["DEFAULT_MAX_ATTN_ERROR", "DEFAULT_MAX_OUTPUT_ERROR", "is_acceptable", "recommend",
-           "format_bandwidth", "load_ms_interval"]
+           "format_bandwidth", "load_ms_interval", "paired_load_difference"]
 
 #: Default bar on the attention-weight error: at most 5% of the attention mass moves.
 DEFAULT_MAX_ATTN_ERROR = 0.05
@@ -74,6 +85,21 @@ def load_ms_interval(result: SerdeResult, bytes_per_second: float) -> MedianInte
     return median_interval([transfer_ms + d for d in rounds])
 
 
+def paired_load_difference(result: SerdeResult, other: SerdeResult,
+                           bytes_per_second: float) -> MedianInterval | None:
+    """The modelled load time of one chunk of ``result`` minus that of ``other`` on a tier, in
+    ms, per paired round (median and interval); ``None`` unless both were timed interleaved
+    and have timed rounds."""
+    if not (result.codec_interleaved and other.codec_interleaved):
+        return None
+    pairs = list(zip(result.decode_ms_rounds, other.decode_ms_rounds))  # the rounds both timed
+    if not pairs:
+        return None
+    transfer_ms = (result.stored_bytes_per_chunk - other.stored_bytes_per_chunk) \
+        / bytes_per_second * 1e3
+    return median_interval([transfer_ms + mine - theirs for mine, theirs in pairs])
+
+
 def _stable_order(result: SerdeResult) -> tuple[bool, float, str]:
     """The order among serdes within noise of each other: lossless first, then fewer stored
     bytes, then the label (none of which a rerun changes)."""
@@ -82,6 +108,23 @@ def _stable_order(result: SerdeResult) -> tuple[bool, float, str]:
 
 def _ms(m: MedianInterval) -> str:
     return f"{m.median:.3f} ms ({m.low:.3f}-{m.high:.3f})"
+
+
+def _within_noise(m: MedianInterval, r: SerdeResult, fastest: MedianInterval,
+                  leader: SerdeResult, bw: float) -> bool:
+    """Whether ``r`` (load time ``m``) is within noise of the fastest serde ``leader`` (load time
+    ``fastest``): on paired rounds where they have them, else by overlap."""
+    paired = None if r is leader else paired_load_difference(r, leader, bw)
+    return m.low <= fastest.high if paired is None else paired.low <= 0.0
+
+
+def _shown(m: MedianInterval, r: SerdeResult, best: SerdeResult, bw: float) -> str:
+    """``r``'s load time, and its paired difference to the recommended ``best`` when it has one."""
+    paired = paired_load_difference(r, best, bw)
+    if paired is None:
+        return f"{r.label} {_ms(m)}"
+    return (f"{r.label} {_ms(m)}, paired {paired.median:+.3f} ms "
+            f"({paired.low:+.3f} to {paired.high:+.3f})")
 
 
 def recommend(
@@ -108,8 +151,8 @@ def _recommend_tier(tier: Tier, usable: Sequence[SerdeResult], raw: int) -> Reco
     head = f"{tier.name} ({format_bandwidth(tier.gbps)})"
     wins = [(m, r) for m, r in timed if m.high < raw_ms]  # beats raw beyond noise
     if wins:
-        fastest = wins[0][0]
-        ties = [(m, r) for m, r in wins if m.low <= fastest.high]
+        fastest, leader = wins[0]
+        ties = [(m, r) for m, r in wins if _within_noise(m, r, fastest, leader, bw)]
         best_ms, best = min(ties, key=lambda pair: _stable_order(pair[1]))
         others = [(m, r) for m, r in ties if r is not best]
         speedup = raw_ms / best_ms.median
@@ -118,7 +161,7 @@ def _recommend_tier(tier: Tier, usable: Sequence[SerdeResult], raw: int) -> Reco
                 f"{best.compression_ratio:.2f}x less; {_quality_phrase(best)}")
         if others:
             text += ("; within measurement noise of "
-                     + ", ".join(f"{r.label} {_ms(m)}" for m, r in others)
+                     + ", ".join(_shown(m, r, best, bw) for m, r in others)
                      + f" (vs {_ms(best_ms)}): preferred as "
                      + ("lossless" if not best.lossy and any(r.lossy for _, r in others)
                         else "the one storing the fewest bytes"))

@@ -60,6 +60,10 @@ class SerdeResult:
     warnings: list[str] = field(default_factory=list)
     placement: str = "kv_together"
     l1_bytes_per_chunk: float = 0.0
+    #: its codec rounds were timed interleaved with those of the run's other serdes
+    #: (:mod:`~lmserde.bench.codec_phase`): round ``i`` of two such results were timed in the
+    #: same pass, so :mod:`~lmserde.bench.recommend` compares them on paired rounds
+    codec_interleaved: bool = False
 
     @property
     def split_tier(self) -> bool:

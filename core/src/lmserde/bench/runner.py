@@ -1,5 +1,6 @@
-"""The bench runner: every selected serde through the codec timing, the real data path and the
-quality metrics, then break-even bandwidths and per-tier recommendations."""
+"""The bench runner: the codec timing of every selected serde (their rounds interleaved,
+:mod:`lmserde.bench.codec_phase`), then each one through the real data path and the quality
+metrics, then break-even bandwidths and per-tier recommendations."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Any
 import torch
 
 from lmserde._version import __version__
-from lmserde.base import SerdeConfig, SerdeProcessor
 from lmserde.bench.adapter_bandwidth import (
     MIN_BANDWIDTH_ROUNDS,
     AdapterBandwidth,
@@ -26,10 +26,11 @@ from lmserde.bench.adapter_bandwidth import (
 )
 from lmserde.bench.adapter_choice import DEFAULT_ADAPTER, complete_adapter_spec, validate_adapter_spec
 from lmserde.bench.breakeven import GB, Tier, break_even_bandwidth, load_seconds
-from lmserde.bench.chunk_objects import ChunkForm, chunk_form, make_object
+from lmserde.bench.chunk_objects import ChunkForm
 from lmserde.bench.chunk_source import ChunkSource
-from lmserde.bench.codec_timing import measure_codec
-from lmserde.bench.data_path import BENCH_MODEL_NAME, run_data_path
+from lmserde.bench.codec_phase import measure_codecs
+from lmserde.bench.codec_timing import CodecTiming
+from lmserde.bench.data_path import run_data_path
 from lmserde.bench.diagnostics import capture_diagnostics
 from lmserde.bench.fd_wait import DEFAULT_TIMEOUT_S
 from lmserde.bench.frame_overhead import (
@@ -47,7 +48,7 @@ from lmserde.bench.recommend import (
     is_acceptable,
     recommend,
 )
-from lmserde.bench.report import STATUS_ERROR, STATUS_SKIPPED, BenchReport, SerdeResult
+from lmserde.bench.report import STATUS_ERROR, BenchReport, SerdeResult
 from lmserde.bench.run_defaults import (
     DEFAULT_CHUNKS,
     DEFAULT_LAYERS,
@@ -66,14 +67,6 @@ from lmserde.bench.serde_selection import (
     unique_labels,
     validate_serde_config,
 )
-from lmserde.keys import ObjectKey
-from lmserde.l2.split.placement import (
-    StoragePlacementMode,
-    derive_storage_placement_mode,
-    split_slots,
-)
-from lmserde.memory import TensorMemoryObj
-from lmserde.registry import get_serde_spec
 
 __all__ = ["BenchOptions", "run_bench"]
 
@@ -153,97 +146,57 @@ def _public_config(config: SerdeConfigValue, workdir: Path) -> SerdeConfigValue:
     return [clean(s) for s in config] if isinstance(config, list) else clean(config)
 
 
-def _stages(config: SerdeConfigValue) -> list[dict[str, Any]]:
-    return list(config) if isinstance(config, list) else [config]
-
-
-def _build_processor(config: SerdeConfigValue) -> tuple[SerdeProcessor, str]:
-    from lmserde.l2 import create_serde_for_config
-
-    configs = [SerdeConfig(s["type"], {k: v for k, v in s.items() if k != "type"})
-               for s in _stages(config)]
-    processor, _serde_type, contract = create_serde_for_config(
-        configs if len(configs) > 1 else configs[0])
-    return processor, contract.value
-
-
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def _check_slots(processor: SerdeProcessor, form: ChunkForm, config: SerdeConfigValue) -> str | None:
-    """Why the data path cannot store whole chunks with this serde, or ``None``."""
-    if form is not ChunkForm.KV_GROUPS:
-        return None
-    if derive_storage_placement_mode([config]) is StoragePlacementMode.KV_SPLIT_TIER:
-        try:
-            split_slots(processor, "")
-        except ValueError as exc:
-            return str(exc)
-        return None  # split-tier: the data path keeps K in L1 and stores V
-    mapping = processor.input_slot_mapping() or (0, 1)
-    if sorted(g for g in mapping if g is not None) != [0, 1]:
-        return (f"input slots {tuple(mapping)} do not cover both K and V, and the serde does not "
-                "declare split-tier placement (KV_SPLIT_TIER): the whole-chunk data path cannot "
-                "run it")
-    return None
+def _measure_all(
+    selected: Sequence[BenchSerde], ctx: RunContext, refs: list[ChunkReference],
+    opts: BenchOptions, adapter_spec: dict[str, Any], progress: Progress, mute_logs: bool,
+) -> list[SerdeResult]:
+    """Every selected serde: the codec timing of all of them interleaved
+    (:mod:`lmserde.bench.codec_phase`), then each measured one through the data path and the
+    quality metrics, one after another."""
+    configs = [complete_config(s.config, ctx) for s in selected]
+    results = [SerdeResult(s.label, _public_config(c, ctx.workdir))
+               for s, c in zip(selected, configs)]
+    codecs = measure_codecs(list(zip(results, configs)), [ref.chunk for ref in refs],
+                            opts.repeat, progress, timeout=opts.timeout, mute_logs=mute_logs)
+    for codec in codecs:
+        if codec.measured:
+            assert codec.form is not None and codec.timing is not None
+            _after_codec(codec.result, codec.config, codec.form, codec.timing, refs, opts,
+                         adapter_spec, progress, mute_logs)
+    return results
 
 
-def _measure(
-    bench_serde: BenchSerde, ctx: RunContext, refs: list[ChunkReference], opts: BenchOptions,
-    adapter_spec: dict[str, Any], progress: Progress, mute_logs: bool,
-) -> SerdeResult:
+def _after_codec(
+    result: SerdeResult, config: SerdeConfigValue, form: ChunkForm, timing: CodecTiming,
+    refs: list[ChunkReference], opts: BenchOptions, adapter_spec: dict[str, Any],
+    progress: Progress, mute_logs: bool,
+) -> None:
+    """One timed serde through the data path and the quality metrics into ``result`` (status
+    ``error`` with the reason if that fails)."""
     chunks = [ref.chunk for ref in refs]
-    config = complete_config(bench_serde.config, ctx)
-    result = SerdeResult(bench_serde.label, _public_config(config, ctx.workdir))
-    steps = 2 * opts.repeat + 2 * len(chunks) * opts.repeat + 1
-    progress.begin(bench_serde.label, steps)
-    with capture_diagnostics(mute=mute_logs) as diagnostics:
+    progress.begin(result.label, 2 * len(chunks) * opts.repeat + 1)
+    with capture_diagnostics(mute=mute_logs, into=result.warnings):
         try:
-            _run_serde(result, config, refs, opts, adapter_spec, progress)
+            path = run_data_path(adapter_spec, config, chunks, form, opts.repeat,
+                                 on_step=progress.advance, timeout=opts.timeout)
+            quality = QualityAccumulator(seed=opts.seed, queries=opts.queries)
+            for ref, (k, v) in zip(refs, path.decoded):
+                quality.add(ref, k, v)
+            progress.advance()
+        except Exception as exc:  # one failing serde never stops the run
+            result.status = STATUS_ERROR
+            result.error = f"{type(exc).__name__}: {exc}"
+            return
         finally:
             progress.end()
-    result.warnings = diagnostics
-    return result
-
-
-def _run_serde(
-    result: SerdeResult, config: SerdeConfigValue, refs: list[ChunkReference], opts: BenchOptions,
-    adapter_spec: dict[str, Any], progress: Progress,
-) -> None:
-    """Measure one serde into ``result`` (status ``error``/``skipped`` with the reason if needed)."""
-    chunks = [ref.chunk for ref in refs]
-    try:
-        result.lossy = any(get_serde_spec(s["type"]).lossy for s in _stages(config))
-        processor, result.size_contract = _build_processor(config)
-        try:
-            form = chunk_form(processor)
-            result.chunk_form = form.value
-            why_not = _check_slots(processor, form, config)
-            if why_not is not None:
-                result.status, result.error = STATUS_SKIPPED, why_not
-                return
-            sources = [make_object(c, form) for c in chunks]
-            outputs = [TensorMemoryObj.allocate(s.get_layout(), zero=True) for s in sources]
-            keys = [ObjectKey(ObjectKey.IntHash2Bytes(i), BENCH_MODEL_NAME, 0)
-                    for i in range(len(chunks))]
-            timing = measure_codec(processor, form, sources, outputs, keys, opts.repeat,
-                                   on_step=progress.advance, timeout=opts.timeout)
-        finally:
-            processor.close()
-        path = run_data_path(adapter_spec, config, chunks, form, opts.repeat,
-                             on_step=progress.advance, timeout=opts.timeout)
-        quality = QualityAccumulator(seed=opts.seed, queries=opts.queries)
-        for ref, (k, v) in zip(refs, path.decoded):
-            quality.add(ref, k, v)
-        progress.advance()
-    except Exception as exc:  # one failing serde never stops the run
-        result.status = STATUS_ERROR
-        result.error = f"{type(exc).__name__}: {exc}"
-        return
     raw = chunks[0].nbytes
     n = len(chunks)
     encode_s, decode_s = _median(timing.encode_seconds), _median(timing.decode_seconds)
+    result.codec_interleaved = True
     result.raw_bytes_per_chunk = raw
     result.stored_bytes_per_chunk = sum(path.stored_bytes) / n
     result.placement = path.placement
@@ -355,8 +308,7 @@ def run_bench(opts: BenchOptions, progress: Progress | None = None, *,
         ctx = RunContext(workdir=workdir, head_dim=chunks[0].head_dim, workers=opts.workers,
                          reduced_layers=source.reduced)
         refs = [ChunkReference(c, seed=opts.seed, queries=opts.queries) for c in chunks]
-        results = [_measure(s, ctx, refs, opts, adapter_spec, progress, mute_logs)
-                   for s in selected]
+        results = _measure_all(selected, ctx, refs, opts, adapter_spec, progress, mute_logs)
         frame = _frame_overhead(results, adapter_spec, chunks, desc["full_chunk_bytes"],
                                 opts, progress, notes)
         bandwidth = (_adapter_bandwidth(adapter_spec, chunks, opts, progress, notes)
