@@ -24,6 +24,7 @@ from lmserde.tenant_keys import (
     UnknownKeyVersionError,
     UnknownTenantError,
     add_keyring_version,
+    edit_keyring_file,
     forget_tenant,
     key_withdrawn,
     parse_keyring,
@@ -124,6 +125,36 @@ def test_forget_replaces_the_file_atomically_and_privately(tmp_path: Path) -> No
     assert set(read_keyring_file(path).tenants) == {"bob"}
     assert b"alice" not in path.read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name != "ring.json"], "no staging file left"
+
+
+def test_edits_at_the_same_time_both_take_effect(tmp_path: Path) -> None:
+    """An edit that read the keyring before another edit's rename must not write back what it
+    read: a rotation racing ``tenant forget`` would bring the forgotten tenant's keys back."""
+    import threading
+
+    path = _write(tmp_path / "ring.json", _ring())
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_rotate(keyring: Keyring) -> Keyring:  # an edit that has read the file, not written
+        inside.set()
+        assert release.wait(30), "never released"
+        return keyring.with_new_version("bob", S1)
+
+    rotating = threading.Thread(target=edit_keyring_file, args=(path, slow_rotate))
+    rotating.start()
+    assert inside.wait(30)
+    forgetting = threading.Thread(target=forget_tenant, args=(path, "alice"))
+    forgetting.start()
+    forgetting.join(timeout=1.0)  # without serialized edits, forget is done by now
+    release.set()
+    rotating.join(timeout=30)
+    forgetting.join(timeout=30)
+    assert not rotating.is_alive() and not forgetting.is_alive()
+    ring = read_keyring_file(path)
+    assert set(ring.tenants) == {"bob"}, "the forgotten tenant came back"
+    assert set(ring.tenant("bob").secrets) == {1, 2}, "the rotation was lost"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name != "ring.json"], "nothing left beside it"
 
 
 def test_a_refused_edit_leaves_the_file_as_it_was(tmp_path: Path) -> None:
