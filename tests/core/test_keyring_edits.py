@@ -311,6 +311,31 @@ def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
     assert child.exitcode == 0
 
 
+def test_a_child_forked_while_a_check_holds_the_lock_still_reloads(tmp_path: Path) -> None:
+    """A fork while the parent's check thread holds the watch's lock (it compares keyrings under
+    it) must not leave the child's data path waiting for a lock no thread there will release."""
+    import multiprocessing
+
+    path = _write(tmp_path / "ring.json", _ring())
+    provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
+    watch = provider.watch
+    assert watch is not None
+    forget_tenant(path, "alice")
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    with watch._lock:  # held by "the check thread" at the moment of the fork
+        child = context.Process(target=_forgotten_in_child, args=(provider, result))
+        child.start()
+    try:
+        assert result.get(timeout=20) is True
+    finally:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=5)
+    assert child.exitcode == 0
+
+
 def _forgotten_in_child(provider: KeyringKeyProvider, result: object) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
