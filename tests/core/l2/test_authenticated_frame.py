@@ -4,6 +4,7 @@ frame with other bytes)."""
 
 from __future__ import annotations
 
+import multiprocessing.queues
 import os
 import struct
 from pathlib import Path
@@ -250,3 +251,35 @@ def test_segment_boundaries_and_swapped_segments(payload_len: int,
         dropped = stored[:seg]  # the first segment alone: its header says longer
         with pytest.raises(FrameRejected):
             _open(dropped, bound=payload_len)
+
+
+def test_a_forked_child_verifies_large_frames() -> None:
+    """The MAC of an object over one segment runs on the checksum threads; a child forked after
+    the parent used them has none of those threads, and must not wait for them forever. (The
+    buffers are made before the fork: torch's own OpenMP pool is not the subject here.)"""
+    payload = os.urandom(5 << 20)
+    stored = _sealed(payload, deferred=True)  # the parent's checksum threads now exist
+    assert _open(stored, bound=len(payload)) == payload
+    opened, fresh = stored_buffer(stored), _buffer(b"\x07" * len(payload))
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_verify_in_child,
+                            args=(opened, fresh, len(payload), result))
+    child.start()
+    try:
+        assert result.get(timeout=30) == "verified and sealed"
+    finally:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=5)
+    assert child.exitcode == 0
+
+
+def _verify_in_child(opened: TensorMemoryObj, fresh: TensorMemoryObj, payload_len: int,
+                     result: multiprocessing.queues.Queue) -> None:
+    framer = _framer()
+    view, confirm = framer.open_deferred(opened, KEY, KV, payload_len)
+    confirm()
+    framer.seal_deferred(fresh, payload_len, KEY, KV).finish_head()
+    result.put("verified and sealed" if view.get_size() == payload_len else "wrong size")
