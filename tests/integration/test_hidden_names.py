@@ -205,6 +205,20 @@ def test_hide_names_refuses_a_keyring(tmp_path: Path, l1: L1Manager) -> None:
                            "frame_keyring_path": str(ring), "hide_names": True}, l1)
 
 
+def test_hide_names_refuses_s3_tenant_routes(s3_server: Any, aws_env: None, frame_key: str,
+                                             l1: L1Manager) -> None:
+    """Hidden keys name no tenant: over s3 with ``tenant_routes`` every tenant's object would
+    land in the default bucket, against the routing. Refused; without routes it is accepted."""
+    default, routed = f"lmserde-hidden-{next(_buckets)}", f"lmserde-hidden-{next(_buckets)}"
+    s3_server.create_bucket(default)
+    s3_server.create_bucket(routed)
+    spec = {"type": "s3", "bucket": default, "endpoint_url": s3_server.endpoint_url,
+            "serde": {"type": "fp8"}, "frame_key_path": frame_key, "hide_names": True}
+    with pytest.raises(ValueError, match="tenant_routes"):
+        create_l2_adapter({**spec, "tenant_routes": {"alice-corp": {"bucket": routed}}}, l1)
+    create_l2_adapter(spec, l1).close()
+
+
 class _Heard:
     def __init__(self) -> None:
         self.stored: list[ObjectKey] = []
