@@ -157,6 +157,31 @@ def test_withdrawn_keys_are_unkeyed_and_a_newer_version_foreign() -> None:
     assert _open(stored_v2, framer=retired) == PAYLOAD
 
 
+def test_a_reloaded_ring_leaves_no_withdrawn_secret_in_the_mac_key_cache(tmp_path: Path
+                                                                         ) -> None:
+    """After ``tenant forget`` reaches a running process, its frame keys keep neither the
+    forgotten tenant's root secret nor the MAC key derived from it (the provider contract: drop
+    what was derived when ``key_generation()`` changes)."""
+    from lmserde.l2.serde.frame_keys import KeyNotHeld
+    from lmserde.tenant_keys import forget_tenant
+
+    alice, bob = bytes(range(32)), bytes(range(32, 64))
+    path = tmp_path / "frame.keyring"
+    path.write_bytes(Keyring().with_new_version("alice", alice).with_new_version("bob", bob)
+                     .dumps())
+    path.chmod(0o600)
+    provider = KeyringKeyProvider.from_file(path, reload_interval_s=0)  # reloaded by hand below
+    keys = FrameKeys(provider, "keyring")
+    alice_mac, bob_mac = keys.mac_key("alice", 1), keys.mac_key("bob", 1)
+    forget_tenant(path, "alice")
+    assert provider.watch is not None and provider.watch.check_now()
+    with pytest.raises(KeyNotHeld):
+        keys.mac_key("alice", 1)
+    assert keys.mac_key("bob", 1) == bob_mac
+    held = [(entry, derived) for entry, derived in keys._derived.items()]
+    assert held and all(alice not in entry and derived != alice_mac for entry, derived in held)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flips=st.lists(st.tuples(st.integers(0, AUTH_HEADER_BYTES + len(PAYLOAD) - 1),
                                 st.integers(1, 255)), min_size=1, max_size=6),
