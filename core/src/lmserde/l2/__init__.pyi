@@ -28,6 +28,7 @@ from .contract.interface import check_keys_and_objects as check_keys_and_objects
 from .contract.key_pins import KeyPins as KeyPins
 from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter
+from .contract.tenant_routing import TenantRoutingAdapter as TenantRoutingAdapter
 from .contract.replacing_store import enable_replacing_stores as enable_replacing_stores
 from .contract.store_result import L2StoreResult as L2StoreResult
 from .contract.sync_driver import SharedStores as SharedStores
