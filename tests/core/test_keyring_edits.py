@@ -115,6 +115,30 @@ def test_the_current_version_is_never_retired() -> None:
         _ring().without_versions("alice", [])
 
 
+@pytest.mark.parametrize("misplaced", ["version", "current"])
+def test_a_secret_in_the_wrong_place_is_not_quoted(misplaced: str, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A hand-edited keyring with a secret where a version belongs (keys and values swapped, or
+    the secret as 'current') is refused without printing the secret, also in the reload log."""
+    secret = base64.b64encode(S1).decode()
+    entry = ({"current": 1, "keys": {secret: "1"}} if misplaced == "version"
+             else {"current": secret, "keys": {"1": secret}})
+    doc = json.dumps({"lmserde_aesgcm_keyring": 1, "tenants": {"alice": entry}}).encode()
+    with pytest.raises(KeyringError) as refused:
+        parse_keyring(doc)
+    assert secret not in str(refused.value) and "not shown" in str(refused.value)
+    path = _write(tmp_path / "ring.json", _ring())
+    watch = KeyringWatch(path, reload_interval_s=0)
+    path.write_bytes(doc)
+    with caplog.at_level("WARNING", logger="lmserde.tenant_keys"):
+        assert watch.check_now() is False
+    assert "could not be reloaded" in caplog.text and secret not in caplog.text
+    assert secret not in str(watch.reload_error)
+    with pytest.raises(KeyringError, match="'x1'"):  # a short value is still quoted
+        parse_keyring(json.dumps({"lmserde_aesgcm_keyring": 1, "tenants": {
+            "alice": {"current": 1, "keys": {"x1": secret}}}}).encode())
+
+
 def test_forget_replaces_the_file_atomically_and_privately(tmp_path: Path) -> None:
     path = _write(tmp_path / "ring.json", _ring())
     before = os.stat(path).st_ino
