@@ -184,6 +184,37 @@ def test_scrub_and_another_key_under_hidden_names(tmp_path: Path, frame_key: str
         stranger.close()
 
 
+def test_a_huge_planted_name_is_never_read_by_a_listing(tmp_path: Path, frame_key: str,
+                                                        l1: L1Manager, cache: Cache) -> None:
+    """A storage writer plants a sparse file of 1 TiB under a hidden-looking name: a key
+    holder's listing (and scrub, which starts from it) must not allocate a buffer of its size;
+    the huge object is left out, kept, and the real keys are listed."""
+    import os
+
+    from lmserde.l2 import key_file_name
+
+    base = tmp_path / "l2"
+    spec = {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
+            "frame_key_path": frame_key, "hide_names": True}
+    keys = _keys()[:2]
+    wrapper = create_l2_adapter(spec, l1)
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, len(keys))).is_successful()
+    finally:
+        wrapper.close()
+    planted = base / key_file_name(ObjectKey(b"\x5a" * 32, "lmserde-hidden", 0, 0, ""))
+    with open(planted, "wb") as f:
+        f.truncate(1 << 40)
+    fresh = create_l2_adapter(spec, l1)  # a host that never stored them: records are read
+    try:
+        assert sorted(fresh.list_l2_keys(), key=repr) == sorted(keys, key=repr)
+        report = scrub_adapter(fresh, delete=True)
+        assert report.scanned == len(keys) and report.ok == len(keys)
+    finally:
+        fresh.close()
+    assert os.path.getsize(planted) == 1 << 40, "left in place"
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"hide_names": True}, "needs 'frame_key_path'"),
     ({"hide_names": "yes", "frame_key_path": "k"}, "'hide_names' must be true or false"),
