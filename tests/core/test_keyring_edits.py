@@ -280,6 +280,41 @@ def test_watch_keeps_the_last_good_keyring_when_the_file_breaks(tmp_path: Path) 
     assert watch.check_now() is False  # unchanged file: not read again
 
 
+def test_two_checks_at_once_never_install_the_older_keyring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that read the file (before ``forget``) and is slow to install what it read must
+    not overwrite the forgotten keyring a later check installed: the file would then look
+    unchanged, and the forgotten tenant's keys stay in use."""
+    import threading
+
+    path = _write(tmp_path / "ring.json", _ring())
+    watch = KeyringWatch(path, reload_interval_s=0)
+    _write(path, _ring().with_new_version("bob", S2))  # a change the slow check reads
+    read, release = threading.Event(), threading.Event()
+    real_read = watch._read
+
+    def slow_read() -> Keyring:
+        keyring = real_read()
+        if not read.is_set():  # the first check: read, then held before it installs
+            read.set()
+            assert release.wait(30)
+        return keyring
+
+    monkeypatch.setattr(watch, "_read", slow_read)
+    slow = threading.Thread(target=watch.check_now)
+    slow.start()
+    assert read.wait(30)
+    forget_tenant(path, "alice")
+    later = threading.Thread(target=watch.check_now)
+    later.start()
+    later.join(timeout=1.0)  # without one check at a time, the later one is done by now
+    release.set()
+    slow.join(timeout=30)
+    later.join(timeout=30)
+    watch.check_now()
+    assert set(watch.current().tenants) == {"bob"}, "the forgotten tenant's keys came back"
+
+
 def test_watch_interval_zero_never_reloads(tmp_path: Path) -> None:
     path = _write(tmp_path / "ring.json", _ring())
     provider = KeyringKeyProvider.from_file(path, reload_interval_s=0)

@@ -75,6 +75,7 @@ class KeyringWatch:
         self._formats = tuple(formats)
         self._insecure = allow_insecure_permissions
         self._lock = threading.Lock()
+        self._check_lock = threading.Lock()  # one check_now at a time; never taken by current()
         self._checking = False
         self._generation = 0
         self._reload_error: str | None = None
@@ -113,8 +114,14 @@ class KeyringWatch:
         """Look at the file now, on this thread; ``True`` when the keyring's contents changed.
 
         Never raises for an unusable file: the last good keyring stays (see
-        :attr:`reload_error`).
+        :attr:`reload_error`). Checks run one at a time (the background one included): a check
+        that read the file before another's newer read must not install the older keyring after
+        it, and then take the file for unchanged.
         """
+        with self._check_lock:
+            return self._check()
+
+    def _check(self) -> bool:
         try:
             stamp = _stamp(self._path)
             if stamp == self._stamp:
@@ -171,10 +178,11 @@ class KeyringWatch:
 
 
 def _reset_in_child() -> None:
-    """After a fork, in the child: every watch gets a new lock and no check in flight (the
+    """After a fork, in the child: every watch gets new locks and no check in flight (the
     parent's check thread, and whatever lock it held, are not in the child)."""
     for watch in list(_WATCHES):
         watch._lock = threading.Lock()
+        watch._check_lock = threading.Lock()
         watch._checking = False
 
 
