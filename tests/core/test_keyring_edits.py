@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forked_child import ForkedChild
 from hypothesis import given
 from hypothesis import strategies as st
 from lmserde.cli.main import main
@@ -350,8 +351,6 @@ def test_a_due_check_does_not_run_on_the_callers_thread(tmp_path: Path,
 def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
     """A check in flight in the parent at fork time has no thread in the child: the child's next
     due check must not wait for it."""
-    import multiprocessing
-
     path = _write(tmp_path / "ring.json", _ring())
     provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
     watch = provider.watch
@@ -359,39 +358,22 @@ def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
     with watch._lock:  # as if the parent's check thread were running when it forked
         watch._checking = True
     forget_tenant(path, "alice")
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
-    child = context.Process(target=_forgotten_in_child, args=(provider, result))
-    child.start()
-    try:
-        assert result.get(timeout=30) is True
-    finally:
-        child.join(timeout=30)
+    child = ForkedChild(_forgotten_in_child, provider)
+    assert child.answer(timeout=30) is True
     assert child.exitcode == 0
 
 
 def test_a_child_forked_while_a_check_holds_the_lock_still_reloads(tmp_path: Path) -> None:
     """A fork while the parent's check thread holds the watch's lock (it compares keyrings under
     it) must not leave the child's data path waiting for a lock no thread there will release."""
-    import multiprocessing
-
     path = _write(tmp_path / "ring.json", _ring())
     provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
     watch = provider.watch
     assert watch is not None
     forget_tenant(path, "alice")
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
     with watch._lock:  # held by "the check thread" at the moment of the fork
-        child = context.Process(target=_forgotten_in_child, args=(provider, result))
-        child.start()
-    try:
-        assert result.get(timeout=20) is True
-    finally:
-        child.join(timeout=5)
-        if child.is_alive():
-            child.kill()
-            child.join(timeout=5)
+        child = ForkedChild(_forgotten_in_child, provider)
+    assert child.answer(timeout=20) is True
     assert child.exitcode == 0
 
 

@@ -156,11 +156,15 @@ def test_no_stored_name_reveals_model_chunk_or_tenant(backend: Backend, frame_ke
         other_host.close()
 
 
+def _fs_spec(base: Path, frame_key: str) -> dict[str, Any]:
+    return {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
+            "frame_key_path": frame_key, "hide_names": True}
+
+
 def test_scrub_and_another_key_under_hidden_names(tmp_path: Path, frame_key: str,
                                                   l1: L1Manager, cache: Cache) -> None:
     base = tmp_path / "l2"
-    spec = {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
-            "frame_key_path": frame_key, "hide_names": True}
+    spec = _fs_spec(base, frame_key)
     keys = _keys()[:4]
     wrapper = create_l2_adapter(spec, l1)
     try:
@@ -194,8 +198,7 @@ def test_a_huge_planted_name_is_never_read_by_a_listing(tmp_path: Path, frame_ke
     from lmserde.l2 import key_file_name
 
     base = tmp_path / "l2"
-    spec = {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
-            "frame_key_path": frame_key, "hide_names": True}
+    spec = _fs_spec(base, frame_key)
     keys = _keys()[:2]
     wrapper = create_l2_adapter(spec, l1)
     try:

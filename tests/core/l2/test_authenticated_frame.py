@@ -4,13 +4,14 @@ frame with other bytes)."""
 
 from __future__ import annotations
 
-import multiprocessing.queues
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from forked_child import ForkedChild
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey
@@ -286,23 +287,13 @@ def test_a_forked_child_verifies_large_frames() -> None:
     stored = _sealed(payload, deferred=True)  # the parent's checksum threads now exist
     assert _open(stored, bound=len(payload)) == payload
     opened, fresh = stored_buffer(stored), _buffer(b"\x07" * len(payload))
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
-    child = context.Process(target=_verify_in_child,
-                            args=(opened, fresh, len(payload), result))
-    child.start()
-    try:
-        assert result.get(timeout=30) == "verified and sealed"
-    finally:
-        child.join(timeout=5)
-        if child.is_alive():
-            child.kill()
-            child.join(timeout=5)
+    child = ForkedChild(_verify_in_child, opened, fresh, len(payload))
+    assert child.answer(timeout=30) == "verified and sealed"
     assert child.exitcode == 0
 
 
 def _verify_in_child(opened: TensorMemoryObj, fresh: TensorMemoryObj, payload_len: int,
-                     result: multiprocessing.queues.Queue) -> None:
+                     result: Any) -> None:
     framer = _framer()
     view, confirm = framer.open_deferred(opened, KEY, KV, payload_len)
     confirm()

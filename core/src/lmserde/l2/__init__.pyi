@@ -28,7 +28,6 @@ from .contract.interface import check_keys_and_objects as check_keys_and_objects
 from .contract.key_pins import KeyPins as KeyPins
 from .contract.pooled_adapter import AdapterIOPool as AdapterIOPool
 from .contract.replacing_store import ReplacingStoreAdapter as ReplacingStoreAdapter
-from .contract.tenant_routing import TenantRoutingAdapter as TenantRoutingAdapter
 from .contract.replacing_store import enable_replacing_stores as enable_replacing_stores
 from .contract.store_result import L2StoreResult as L2StoreResult
 from .contract.sync_driver import SharedStores as SharedStores
@@ -45,6 +44,7 @@ from .contract.task_deadline import TaskGate as TaskGate
 from .contract.task_deadline import check_task_deadline as check_task_deadline
 from .contract.task_queues import AdapterTaskQueues as AdapterTaskQueues
 from .contract.task_queues import QueuedResults as QueuedResults
+from .contract.tenant_routing import TenantRoutingAdapter as TenantRoutingAdapter
 from .contract.usage import AdapterUsage as AdapterUsage
 from .discovery.registry import L2_ADAPTER_GROUP as L2_ADAPTER_GROUP
 from .discovery.registry import L2AdapterInfo as L2AdapterInfo
