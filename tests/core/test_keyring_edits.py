@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forked_child import ForkedChild
 from hypothesis import given
 from hypothesis import strategies as st
 from lmserde.cli.main import main
@@ -24,6 +25,7 @@ from lmserde.tenant_keys import (
     UnknownKeyVersionError,
     UnknownTenantError,
     add_keyring_version,
+    edit_keyring_file,
     forget_tenant,
     key_withdrawn,
     parse_keyring,
@@ -114,6 +116,30 @@ def test_the_current_version_is_never_retired() -> None:
         _ring().without_versions("alice", [])
 
 
+@pytest.mark.parametrize("misplaced", ["version", "current"])
+def test_a_secret_in_the_wrong_place_is_not_quoted(misplaced: str, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A hand-edited keyring with a secret where a version belongs (keys and values swapped, or
+    the secret as 'current') is refused without printing the secret, also in the reload log."""
+    secret = base64.b64encode(S1).decode()
+    entry = ({"current": 1, "keys": {secret: "1"}} if misplaced == "version"
+             else {"current": secret, "keys": {"1": secret}})
+    doc = json.dumps({"lmserde_aesgcm_keyring": 1, "tenants": {"alice": entry}}).encode()
+    with pytest.raises(KeyringError) as refused:
+        parse_keyring(doc)
+    assert secret not in str(refused.value) and "not shown" in str(refused.value)
+    path = _write(tmp_path / "ring.json", _ring())
+    watch = KeyringWatch(path, reload_interval_s=0)
+    path.write_bytes(doc)
+    with caplog.at_level("WARNING", logger="lmserde.tenant_keys"):
+        assert watch.check_now() is False
+    assert "could not be reloaded" in caplog.text and secret not in caplog.text
+    assert secret not in str(watch.reload_error)
+    with pytest.raises(KeyringError, match="'x1'"):  # a short value is still quoted
+        parse_keyring(json.dumps({"lmserde_aesgcm_keyring": 1, "tenants": {
+            "alice": {"current": 1, "keys": {"x1": secret}}}}).encode())
+
+
 def test_forget_replaces_the_file_atomically_and_privately(tmp_path: Path) -> None:
     path = _write(tmp_path / "ring.json", _ring())
     before = os.stat(path).st_ino
@@ -124,6 +150,36 @@ def test_forget_replaces_the_file_atomically_and_privately(tmp_path: Path) -> No
     assert set(read_keyring_file(path).tenants) == {"bob"}
     assert b"alice" not in path.read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name != "ring.json"], "no staging file left"
+
+
+def test_edits_at_the_same_time_both_take_effect(tmp_path: Path) -> None:
+    """An edit that read the keyring before another edit's rename must not write back what it
+    read: a rotation racing ``tenant forget`` would bring the forgotten tenant's keys back."""
+    import threading
+
+    path = _write(tmp_path / "ring.json", _ring())
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_rotate(keyring: Keyring) -> Keyring:  # an edit that has read the file, not written
+        inside.set()
+        assert release.wait(30), "never released"
+        return keyring.with_new_version("bob", S1)
+
+    rotating = threading.Thread(target=edit_keyring_file, args=(path, slow_rotate))
+    rotating.start()
+    assert inside.wait(30)
+    forgetting = threading.Thread(target=forget_tenant, args=(path, "alice"))
+    forgetting.start()
+    forgetting.join(timeout=1.0)  # without serialized edits, forget is done by now
+    release.set()
+    rotating.join(timeout=30)
+    forgetting.join(timeout=30)
+    assert not rotating.is_alive() and not forgetting.is_alive()
+    ring = read_keyring_file(path)
+    assert set(ring.tenants) == {"bob"}, "the forgotten tenant came back"
+    assert set(ring.tenant("bob").secrets) == {1, 2}, "the rotation was lost"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name != "ring.json"], "nothing left beside it"
 
 
 def test_a_refused_edit_leaves_the_file_as_it_was(tmp_path: Path) -> None:
@@ -225,6 +281,41 @@ def test_watch_keeps_the_last_good_keyring_when_the_file_breaks(tmp_path: Path) 
     assert watch.check_now() is False  # unchanged file: not read again
 
 
+def test_two_checks_at_once_never_install_the_older_keyring(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that read the file (before ``forget``) and is slow to install what it read must
+    not overwrite the forgotten keyring a later check installed: the file would then look
+    unchanged, and the forgotten tenant's keys stay in use."""
+    import threading
+
+    path = _write(tmp_path / "ring.json", _ring())
+    watch = KeyringWatch(path, reload_interval_s=0)
+    _write(path, _ring().with_new_version("bob", S2))  # a change the slow check reads
+    read, release = threading.Event(), threading.Event()
+    real_read = watch._read
+
+    def slow_read() -> Keyring:
+        keyring = real_read()
+        if not read.is_set():  # the first check: read, then held before it installs
+            read.set()
+            assert release.wait(30)
+        return keyring
+
+    monkeypatch.setattr(watch, "_read", slow_read)
+    slow = threading.Thread(target=watch.check_now)
+    slow.start()
+    assert read.wait(30)
+    forget_tenant(path, "alice")
+    later = threading.Thread(target=watch.check_now)
+    later.start()
+    later.join(timeout=1.0)  # without one check at a time, the later one is done by now
+    release.set()
+    slow.join(timeout=30)
+    later.join(timeout=30)
+    watch.check_now()
+    assert set(watch.current().tenants) == {"bob"}, "the forgotten tenant's keys came back"
+
+
 def test_watch_interval_zero_never_reloads(tmp_path: Path) -> None:
     path = _write(tmp_path / "ring.json", _ring())
     provider = KeyringKeyProvider.from_file(path, reload_interval_s=0)
@@ -260,8 +351,6 @@ def test_a_due_check_does_not_run_on_the_callers_thread(tmp_path: Path,
 def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
     """A check in flight in the parent at fork time has no thread in the child: the child's next
     due check must not wait for it."""
-    import multiprocessing
-
     path = _write(tmp_path / "ring.json", _ring())
     provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
     watch = provider.watch
@@ -269,14 +358,22 @@ def test_a_forked_child_checks_the_file_itself(tmp_path: Path) -> None:
     with watch._lock:  # as if the parent's check thread were running when it forked
         watch._checking = True
     forget_tenant(path, "alice")
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
-    child = context.Process(target=_forgotten_in_child, args=(provider, result))
-    child.start()
-    try:
-        assert result.get(timeout=30) is True
-    finally:
-        child.join(timeout=30)
+    child = ForkedChild(_forgotten_in_child, provider)
+    assert child.answer(timeout=30) is True
+    assert child.exitcode == 0
+
+
+def test_a_child_forked_while_a_check_holds_the_lock_still_reloads(tmp_path: Path) -> None:
+    """A fork while the parent's check thread holds the watch's lock (it compares keyrings under
+    it) must not leave the child's data path waiting for a lock no thread there will release."""
+    path = _write(tmp_path / "ring.json", _ring())
+    provider = KeyringKeyProvider.from_file(path, reload_interval_s=0.02)
+    watch = provider.watch
+    assert watch is not None
+    forget_tenant(path, "alice")
+    with watch._lock:  # held by "the check thread" at the moment of the fork
+        child = ForkedChild(_forgotten_in_child, provider)
+    assert child.answer(timeout=20) is True
     assert child.exitcode == 0
 
 

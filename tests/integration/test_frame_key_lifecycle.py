@@ -93,6 +93,21 @@ def test_forget_on_the_frame_ring_makes_the_tenants_objects_kept_unkeyed_misses(
     assert not _store_ok(cache, wrapper, [key_of(0x77, salt="alice")]), "no key: nothing stored"
 
 
+def test_stores_of_a_tenant_without_a_frame_key_do_not_make_the_tier_unhealthy(
+        wrapper: L2AdapterInterface, ring: Path, cache: Cache) -> None:
+    """A tenant the ring does not hold (forgotten, or not given a key yet) is refused by policy:
+    however many of its stores fail in a row, the tier stays healthy for the others."""
+    from lmserde.l2.serde.failure_streaks import UNHEALTHY_AFTER_FAILURES
+
+    assert main(["tenant", "forget", str(ring), "alice"]) == 0
+    _until(lambda: not _store_ok(cache, wrapper, ALICE[:1]), "alice's stores refused")
+    for i in range(UNHEALTHY_AFTER_FAILURES + 1):
+        assert not _store_ok(cache, wrapper, [key_of(0x80 + i, salt="alice")])
+    assert wrapper.report_status()["is_healthy"] is True
+    assert wrapper.metrics()["failures"]["frame_key"] >= UNHEALTHY_AFTER_FAILURES  # type: ignore[attr-defined]
+    assert _store_ok(cache, wrapper, BOB) and _hits(cache, wrapper, BOB) == [True] * 3
+
+
 def _ring_file(path: Path, keyring: Keyring) -> Path:
     path.write_bytes(keyring.dumps())
     path.chmod(0o600)

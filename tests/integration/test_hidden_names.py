@@ -156,11 +156,15 @@ def test_no_stored_name_reveals_model_chunk_or_tenant(backend: Backend, frame_ke
         other_host.close()
 
 
+def _fs_spec(base: Path, frame_key: str) -> dict[str, Any]:
+    return {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
+            "frame_key_path": frame_key, "hide_names": True}
+
+
 def test_scrub_and_another_key_under_hidden_names(tmp_path: Path, frame_key: str,
                                                   l1: L1Manager, cache: Cache) -> None:
     base = tmp_path / "l2"
-    spec = {"type": "fs", "base_path": str(base), "serde": {"type": "identity"},
-            "frame_key_path": frame_key, "hide_names": True}
+    spec = _fs_spec(base, frame_key)
     keys = _keys()[:4]
     wrapper = create_l2_adapter(spec, l1)
     try:
@@ -184,6 +188,36 @@ def test_scrub_and_another_key_under_hidden_names(tmp_path: Path, frame_key: str
         stranger.close()
 
 
+def test_a_huge_planted_name_is_never_read_by_a_listing(tmp_path: Path, frame_key: str,
+                                                        l1: L1Manager, cache: Cache) -> None:
+    """A storage writer plants a sparse file of 1 TiB under a hidden-looking name: a key
+    holder's listing (and scrub, which starts from it) must not allocate a buffer of its size;
+    the huge object is left out, kept, and the real keys are listed."""
+    import os
+
+    from lmserde.l2 import key_file_name
+
+    base = tmp_path / "l2"
+    spec = _fs_spec(base, frame_key)
+    keys = _keys()[:2]
+    wrapper = create_l2_adapter(spec, l1)
+    try:
+        assert cache.store(wrapper, keys, objects_for(KV, len(keys))).is_successful()
+    finally:
+        wrapper.close()
+    planted = base / key_file_name(ObjectKey(b"\x5a" * 32, "lmserde-hidden", 0, 0, ""))
+    with open(planted, "wb") as f:
+        f.truncate(1 << 40)
+    fresh = create_l2_adapter(spec, l1)  # a host that never stored them: records are read
+    try:
+        assert sorted(fresh.list_l2_keys(), key=repr) == sorted(keys, key=repr)
+        report = scrub_adapter(fresh, delete=True)
+        assert report.scanned == len(keys) and report.ok == len(keys)
+    finally:
+        fresh.close()
+    assert os.path.getsize(planted) == 1 << 40, "left in place"
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"hide_names": True}, "needs 'frame_key_path'"),
     ({"hide_names": "yes", "frame_key_path": "k"}, "'hide_names' must be true or false"),
@@ -203,6 +237,20 @@ def test_hide_names_refuses_a_keyring(tmp_path: Path, l1: L1Manager) -> None:
     with pytest.raises(ValueError, match="needs 'frame_key_path'"):
         create_l2_adapter({"type": "fs", "base_path": str(tmp_path), "serde": {"type": "fp8"},
                            "frame_keyring_path": str(ring), "hide_names": True}, l1)
+
+
+def test_hide_names_refuses_s3_tenant_routes(s3_server: Any, aws_env: None, frame_key: str,
+                                             l1: L1Manager) -> None:
+    """Hidden keys name no tenant: over s3 with ``tenant_routes`` every tenant's object would
+    land in the default bucket, against the routing. Refused; without routes it is accepted."""
+    default, routed = f"lmserde-hidden-{next(_buckets)}", f"lmserde-hidden-{next(_buckets)}"
+    s3_server.create_bucket(default)
+    s3_server.create_bucket(routed)
+    spec = {"type": "s3", "bucket": default, "endpoint_url": s3_server.endpoint_url,
+            "serde": {"type": "fp8"}, "frame_key_path": frame_key, "hide_names": True}
+    with pytest.raises(ValueError, match="tenant_routes"):
+        create_l2_adapter({**spec, "tenant_routes": {"alice-corp": {"bucket": routed}}}, l1)
+    create_l2_adapter(spec, l1).close()
 
 
 class _Heard:

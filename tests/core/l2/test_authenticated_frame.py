@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from forked_child import ForkedChild
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lmserde import MemoryLayoutDesc, ObjectKey
@@ -156,6 +158,31 @@ def test_withdrawn_keys_are_unkeyed_and_a_newer_version_foreign() -> None:
     assert _open(stored_v2, framer=retired) == PAYLOAD
 
 
+def test_a_reloaded_ring_leaves_no_withdrawn_secret_in_the_mac_key_cache(tmp_path: Path
+                                                                         ) -> None:
+    """After ``tenant forget`` reaches a running process, its frame keys keep neither the
+    forgotten tenant's root secret nor the MAC key derived from it (the provider contract: drop
+    what was derived when ``key_generation()`` changes)."""
+    from lmserde.l2.serde.frame_keys import KeyNotHeld
+    from lmserde.tenant_keys import forget_tenant
+
+    alice, bob = bytes(range(32)), bytes(range(32, 64))
+    path = tmp_path / "frame.keyring"
+    path.write_bytes(Keyring().with_new_version("alice", alice).with_new_version("bob", bob)
+                     .dumps())
+    path.chmod(0o600)
+    provider = KeyringKeyProvider.from_file(path, reload_interval_s=0)  # reloaded by hand below
+    keys = FrameKeys(provider, "keyring")
+    alice_mac, bob_mac = keys.mac_key("alice", 1), keys.mac_key("bob", 1)
+    forget_tenant(path, "alice")
+    assert provider.watch is not None and provider.watch.check_now()
+    with pytest.raises(KeyNotHeld):
+        keys.mac_key("alice", 1)
+    assert keys.mac_key("bob", 1) == bob_mac
+    held = [(entry, derived) for entry, derived in keys._derived.items()]
+    assert held and all(alice not in entry and derived != alice_mac for entry, derived in held)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flips=st.lists(st.tuples(st.integers(0, AUTH_HEADER_BYTES + len(PAYLOAD) - 1),
                                 st.integers(1, 255)), min_size=1, max_size=6),
@@ -250,3 +277,25 @@ def test_segment_boundaries_and_swapped_segments(payload_len: int,
         dropped = stored[:seg]  # the first segment alone: its header says longer
         with pytest.raises(FrameRejected):
             _open(dropped, bound=payload_len)
+
+
+def test_a_forked_child_verifies_large_frames() -> None:
+    """The MAC of an object over one segment runs on the checksum threads; a child forked after
+    the parent used them has none of those threads, and must not wait for them forever. (The
+    buffers are made before the fork: torch's own OpenMP pool is not the subject here.)"""
+    payload = os.urandom(5 << 20)
+    stored = _sealed(payload, deferred=True)  # the parent's checksum threads now exist
+    assert _open(stored, bound=len(payload)) == payload
+    opened, fresh = stored_buffer(stored), _buffer(b"\x07" * len(payload))
+    child = ForkedChild(_verify_in_child, opened, fresh, len(payload))
+    assert child.answer(timeout=30) == "verified and sealed"
+    assert child.exitcode == 0
+
+
+def _verify_in_child(opened: TensorMemoryObj, fresh: TensorMemoryObj, payload_len: int,
+                     result: Any) -> None:
+    framer = _framer()
+    view, confirm = framer.open_deferred(opened, KEY, KV, payload_len)
+    confirm()
+    framer.seal_deferred(fresh, payload_len, KEY, KV).finish_head()
+    result.put("verified and sealed" if view.get_size() == payload_len else "wrong size")

@@ -32,7 +32,8 @@ Running processes re-read the file within their reload interval (default 5 s).
 _TENANT_EPILOG = """\
 crypto-shredding:
   lmserde tenant forget ring.json alice         every object of alice becomes a miss everywhere
-  lmserde scrub @spec.json --delete-unkeyed     then reclaim the space (with the full keyring)
+  lmserde scrub @spec.json --delete-unkeyed     then reclaim the space (with the full keyring),
+                                                before the tenant gets a new key
 Copies of the old keyring (backups, other hosts' files) still decrypt alice's objects: destroy
 them too.
 """

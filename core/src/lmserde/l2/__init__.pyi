@@ -44,6 +44,7 @@ from .contract.task_deadline import TaskGate as TaskGate
 from .contract.task_deadline import check_task_deadline as check_task_deadline
 from .contract.task_queues import AdapterTaskQueues as AdapterTaskQueues
 from .contract.task_queues import QueuedResults as QueuedResults
+from .contract.tenant_routing import TenantRoutingAdapter as TenantRoutingAdapter
 from .contract.usage import AdapterUsage as AdapterUsage
 from .discovery.registry import L2_ADAPTER_GROUP as L2_ADAPTER_GROUP
 from .discovery.registry import L2AdapterInfo as L2AdapterInfo

@@ -4,14 +4,20 @@ current, retired, and tenants forgotten.
 Files are created with mode 0600 and never overwritten in place: a master key file that already
 exists is refused, and a keyring is replaced atomically (written beside it with mode 0600,
 fsynced, renamed over it, and the directory fsynced), so a process reading it sees the old or the
-new keyring, never a mix. Edits keep the file's kind (plain or wrapped keyring).
+new keyring, never a mix. Edits of one keyring are serialized (an exclusive ``flock`` on its
+directory from the read to the rename), so two edits at once (``tenant forget`` while ``keys
+rotate`` runs) both take effect: the later one never writes back a keyring read before the
+earlier one, which would bring a forgotten tenant's keys back. Edits keep the file's kind (plain
+or wrapped keyring).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lmserde.tenant_keys.errors import KeyFileError, KeyringError
@@ -77,6 +83,28 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _edit_lock(path: Path) -> Iterator[None]:
+    """Hold the exclusive edit lock of the keyring ``path``: a ``flock`` on its directory (the
+    file itself is replaced by each edit, so it cannot carry the lock; nothing is left behind).
+    ``KeyFileError`` when the directory cannot be locked."""
+    try:
+        fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise KeyFileError(f"cannot open the directory of keyring file {path} to lock it: "
+                           f"{exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            raise KeyFileError(f"cannot lock the directory of keyring file {path} for an edit: "
+                               f"{exc.strerror or exc}") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def read_keyring_file(path: str | os.PathLike[str]) -> Keyring:
     """The keyring (plain or wrapped) in ``path``; ``KeyFileError``/``KeyringError`` if unusable."""
     p = Path(path)
@@ -89,16 +117,19 @@ def edit_keyring_file(
     create: str | None = None,
 ) -> Keyring:
     """Replace the keyring in ``path`` by ``edit(keyring)`` atomically (mode 0600, same kind) and
-    return the new keyring. Whatever ``edit`` raises leaves the file as it was. A missing file is
-    an error unless ``create`` names the kind (format field) of the empty keyring to start from.
+    return the new keyring. Edits of one keyring are serialized (the module docstring): another
+    edit in flight, in this process or another, finishes before this one reads the file.
+    Whatever ``edit`` raises leaves the file as it was. A missing file is an error unless
+    ``create`` names the kind (format field) of the empty keyring to start from.
     """
     p = Path(path)
-    if create is not None and not p.exists():
-        keyring = Keyring(format_field=create)
-    else:
-        keyring = read_keyring_file(p)
-    updated = edit(keyring)
-    _replace_private(p, updated.dumps())
+    with _edit_lock(p):
+        if create is not None and not p.exists():
+            keyring = Keyring(format_field=create)
+        else:
+            keyring = read_keyring_file(p)
+        updated = edit(keyring)
+        _replace_private(p, updated.dumps())
     return updated
 
 

@@ -224,13 +224,28 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+#: The longest misplaced value an error message quotes: every key version fits (10 digits), no
+#: root secret does (16 bytes and more are 24 base64 characters and more).
+_QUOTED_MAX = 10
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message about a misplaced one: quoted only when it is too short to
+    be a root secret (a secret written where a version belongs must not reach a log)."""
+    if isinstance(value, bool | int) or (isinstance(value, str) and len(value) <= _QUOTED_MAX):
+        return repr(value)
+    size = f" of {len(value)} characters" if isinstance(value, str) else ""
+    return f"a {type(value).__name__}{size} (not shown: it may be key material)"
+
+
 def _parse_version(text: Any, *, where: str) -> int:
     if not isinstance(text, str) or not text.isascii() or not text.isdigit():
-        raise KeyringError(f"{where}key versions must be decimal strings, got {text!r}")
+        raise KeyringError(f"{where}key versions must be decimal strings, got {_shown(text)}")
     version = int(text)
     if not 0 <= version <= MAX_KEY_VERSION or str(version) != text:
         raise KeyringError(
-            f"{where}key version {text!r} must be a canonical integer in [0, {MAX_KEY_VERSION}]"
+            f"{where}key version {_shown(text)} must be a canonical integer in "
+            f"[0, {MAX_KEY_VERSION}]"
         )
     return version
 
@@ -258,7 +273,8 @@ def _parse_tenant(name: str, entry: Any, *, where: str) -> TenantKeys:
     if isinstance(current, bool) or not isinstance(current, int) or current not in secrets:
         known = ", ".join(str(v) for v in sorted(secrets))
         raise KeyringError(
-            f"{where}'current' must be one of the listed versions ({known}), got {current!r}"
+            f"{where}'current' must be one of the listed versions ({known}), got "
+            f"{_shown(current)}"
         )
     return TenantKeys(current=current, secrets=secrets)
 

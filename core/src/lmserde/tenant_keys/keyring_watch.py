@@ -16,6 +16,9 @@ read later:
   :attr:`KeyringWatch.reload_error` until a read succeeds.
 * :attr:`KeyringWatch.generation` grows by one each time the keyring's contents change, so users
   that cache keys derived from it (``aesgcm``'s cipher cache) drop them.
+* A forked child starts with a fresh lock and no check in flight (``os.register_at_fork``): the
+  parent's check thread does not exist in the child, and a lock that thread held at the fork
+  would never be released there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 
 from lmserde.tenant_keys.keyring import KEYRING_FORMAT_FIELD, Keyring, parse_keyring
@@ -37,6 +41,9 @@ DEFAULT_RELOAD_INTERVAL_S = 5.0
 _log = logging.getLogger("lmserde.tenant_keys")
 
 _Stamp = tuple[int, int, int, int, int]
+
+#: Every live watch of this process, reset in a forked child (:func:`_reset_in_child`).
+_WATCHES: weakref.WeakSet[KeyringWatch] = weakref.WeakSet()
 
 
 def _stamp(path: str) -> _Stamp:
@@ -68,13 +75,14 @@ class KeyringWatch:
         self._formats = tuple(formats)
         self._insecure = allow_insecure_permissions
         self._lock = threading.Lock()
+        self._check_lock = threading.Lock()  # one check_now at a time; never taken by current()
         self._checking = False
-        self._checker_pid = 0  # the process whose thread is checking (a fork has no such thread)
         self._generation = 0
         self._reload_error: str | None = None
         self._stamp: _Stamp | None = None
         self._keyring = self._read()
         self._next_check = time.monotonic() + self._interval
+        _WATCHES.add(self)
 
     @property
     def path(self) -> str:
@@ -106,8 +114,14 @@ class KeyringWatch:
         """Look at the file now, on this thread; ``True`` when the keyring's contents changed.
 
         Never raises for an unusable file: the last good keyring stays (see
-        :attr:`reload_error`).
+        :attr:`reload_error`). Checks run one at a time (the background one included): a check
+        that read the file before another's newer read must not install the older keyring after
+        it, and then take the file for unchanged.
         """
+        with self._check_lock:
+            return self._check()
+
+    def _check(self) -> bool:
         try:
             stamp = _stamp(self._path)
             if stamp == self._stamp:
@@ -140,11 +154,9 @@ class KeyringWatch:
 
     def _start_check(self) -> None:
         with self._lock:
-            in_flight = self._checking and self._checker_pid == os.getpid()
-            if in_flight or time.monotonic() < self._next_check:
+            if self._checking or time.monotonic() < self._next_check:
                 return
             self._checking = True
-            self._checker_pid = os.getpid()
         try:
             threading.Thread(target=self._check_in_background, daemon=True,
                              name="lmserde-keyring-reload").start()
@@ -163,3 +175,15 @@ class KeyringWatch:
         with self._lock:
             self._checking = False
             self._next_check = time.monotonic() + self._interval
+
+
+def _reset_in_child() -> None:
+    """After a fork, in the child: every watch gets new locks and no check in flight (the
+    parent's check thread, and whatever lock it held, are not in the child)."""
+    for watch in list(_WATCHES):
+        watch._lock = threading.Lock()
+        watch._check_lock = threading.Lock()
+        watch._checking = False
+
+
+os.register_at_fork(after_in_child=_reset_in_child)

@@ -405,6 +405,11 @@ class S3L2Adapter(QueuedResults, L2AdapterInterface):
     def reports_object_sizes(self) -> bool:
         return True
 
+    def routes_tenants(self) -> bool:
+        """Whether ``tenant_routes`` places some tenants apart (the serde wrapper then refuses
+        ``hide_names``, whose hidden keys name no tenant: lmserde.l2.contract.tenant_routing)."""
+        return bool(self._settings.tenant_routes)
+
     def _parallel(self, n: int, job: Callable[[int], Any]) -> list[Any]:
         """``[job(i) for i in range(n)]`` on the I/O threads, waiting at most ``task_deadline_s``:
         a job not done by then gives ``None``."""

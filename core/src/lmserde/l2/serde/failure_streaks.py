@@ -6,8 +6,9 @@ import threading
 
 __all__ = ["UNHEALTHY_AFTER_FAILURES", "FailureStreaks"]
 
-#: ``report_status()["is_healthy"]`` turns false after this many consecutive failed store tasks,
-#: or load tasks that had a key refused as damaged or failing inside the wrapper.
+#: ``report_status()["is_healthy"]`` turns false after this many consecutive failed store tasks
+#: (not counting those refused for a tenant the frame key holds no key for), or load tasks that
+#: had a key refused as damaged or failing inside the wrapper.
 UNHEALTHY_AFTER_FAILURES = 8
 
 

@@ -22,7 +22,10 @@ a version newer than every one held (not yet distributed) stays ``foreign``.
 
 The root secret is asked of the provider for every frame (a dictionary lookup) and only the
 derivation is cached, keyed by the secret itself: a key removed from the provider (a keyring
-reloaded after ``tenant forget``) stops verifying at once, however long the cache lives.
+reloaded after ``tenant forget``) stops verifying at once, however long the cache lives. The
+cache is emptied whenever the provider's ``key_generation()`` changes (the provider contract), so
+a running process holds no forgotten or retired tenant's secret, nor a key derived from it,
+after its keyring reloads.
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ class FrameKeys:
         self._provider = provider
         self.kind = kind
         self._derived: dict[tuple[str, int, bytes], bytes] = {}
+        self._generation = provider.key_generation()
         self._lock = threading.Lock()
 
     @property
@@ -166,6 +170,11 @@ class FrameKeys:
         """The 32-byte MAC key of ``tenant`` at ``version``; :class:`KeyNotHeld` when the provider
         does not hold that version (``withdrawn`` when it was forgotten or retired; any other
         provider failure propagates)."""
+        generation = self._provider.key_generation()
+        if generation != self._generation:  # keys may have been withdrawn: keep none of them
+            with self._lock:
+                self._derived.clear()
+                self._generation = generation
         try:
             root = self._provider.root_secret(tenant, version)
         except (UnknownTenantError, UnknownKeyVersionError) as exc:

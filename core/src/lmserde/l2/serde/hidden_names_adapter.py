@@ -5,8 +5,9 @@ deletes, recency) is replaced by its hidden key (:class:`~lmserde.l2.serde.hidde
 before it reaches the inner adapter, so file names, redis keys and s3 object names are keyed
 hashes. What comes back up is translated to real keys: sizes by the keys asked; listings through
 the hider's memory or, for names this process never made, by reading the object's key record
-(``read_record``: the wrapper's framer; objects whose record does not open under this names key
-are left out of the listing); listener events through the hider's memory (events of keys this
+(``read_record``: the wrapper's framer; objects whose record does not open under this names key,
+and objects over ``DEFAULT_MAX_OBJECT_BYTES``, which are never read, are left out of the
+listing); listener events through the hider's memory (events of keys this
 process never made or read are not passed on: there is no object left to read a deleted key
 from). Capabilities the wrapper probes (sizes, head-last stores, replacing stores) are the inner
 adapter's. Usage by tenant is the inner adapter's, which sees no tenant: one ``""`` entry.
@@ -28,6 +29,7 @@ from lmserde.l2.contract.replacing_store import enable_replacing_stores
 from lmserde.l2.contract.sync_driver import load_sync
 from lmserde.l2.serde.hidden_names import NameHider
 from lmserde.l2.serde.payload_checksum import tensor_bytes
+from lmserde.l2.serde.stored_frame import DEFAULT_MAX_OBJECT_BYTES
 from lmserde.layout import MemoryLayoutDesc
 from lmserde.memory import MemoryFormat, MemoryObj, TensorMemoryObj
 
@@ -176,6 +178,10 @@ class HiddenNamesAdapter(InnerBackendDelegation, L2AdapterInterface):
         for hidden in hidden_keys:
             size = sizes.get(hidden)
             if size is None or size < self._head_bytes:
+                continue
+            if size > DEFAULT_MAX_OBJECT_BYTES:  # no KV chunk is this large: never read it
+                _log.info("hidden names: %s not listed: %d bytes, over the %d-byte limit",
+                          hidden.chunk_hash.hex(), size, DEFAULT_MAX_OBJECT_BYTES)
                 continue
             buf = TensorMemoryObj.allocate(MemoryLayoutDesc([[size]], [torch.uint8]),
                                            fmt=MemoryFormat.BINARY_BUFFER)

@@ -6,9 +6,11 @@ XXH3-64 of their XXH3-64 digests as little-endian u64s, in order. Any change to 
 its segment's digest, and so the checksum, as surely as one XXH3-64 over the whole payload would
 (same 64-bit collision odds).
 
-:func:`payload_checksum` hashes a payload's segments in parallel on a small process-wide pool;
-:func:`start_payload_checksum` starts that and returns a wait, so that the caller can overlap the
-hashing with other work on the same bytes (a serde's decode; an adapter's write).
+:func:`payload_checksum` hashes a payload's segments in parallel on a small process-wide pool
+(the authenticated frame's MAC runs its segments there too); :func:`start_payload_checksum`
+starts that and returns a wait, so that the caller can overlap the hashing with other work on the
+same bytes (a serde's decode; an adapter's write). A forked child starts a pool of its own: the
+parent's threads do not exist in the child, and work handed to their pool would never run.
 
 XXH3-64 (the reference C implementation: lmserde's checksum kernel, which vendors it and picks its
 AVX-512/AVX2/SSE2 variant at run time, or the ``xxhash`` package where the kernel is not built)
@@ -59,6 +61,18 @@ def _pool() -> ThreadPoolExecutor:
             _hash_pool = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 8)),
                                             thread_name_prefix="lmserde-checksum")
         return _hash_pool
+
+
+def _new_pool_in_child() -> None:
+    """After a fork, in the child: forget the parent's pool (its threads are not in the child;
+    ``ThreadPoolExecutor`` would queue work for them forever) and its lock, which a parent
+    thread may have held at the fork."""
+    global _hash_pool, _hash_pool_lock
+    _hash_pool = None
+    _hash_pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_pool_in_child)
 
 
 def payload_checksum(payload: torch.Tensor) -> int:

@@ -48,6 +48,7 @@ from lmserde.keys import ObjectKey
 from lmserde.l2.contract.entry_scrub import EntryScrub, scrub_entries_of
 from lmserde.l2.contract.sync_driver import load_sync
 from lmserde.l2.serde.stored_frame import (
+    DEFAULT_MAX_OBJECT_BYTES,
     FRAME_HEADER_BYTES,
     NOT_MINE_REASONS,
     FrameRejected,
@@ -60,10 +61,6 @@ from lmserde.memory import MemoryFormat, TensorMemoryObj
 
 __all__ = ["DEFAULT_MAX_OBJECT_BYTES", "NOT_MINE", "ScrubReport", "scrub_adapter", "check_frame",
            "groups_within_l1", "key_dict", "check_walk"]
-
-#: Objects above this size are reported as ``length`` damage without being read (4 GiB: a
-#: Llama-3-405B chunk of 2,048 tokens in bf16 is 1 GiB).
-DEFAULT_MAX_OBJECT_BYTES = 4 << 30
 
 _log = logging.getLogger(__name__)
 

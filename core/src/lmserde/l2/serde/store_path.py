@@ -56,6 +56,11 @@ from lmserde.spec import SerdeSizeContract
 
 __all__ = ["StorePath", "StoreWriter", "StoreObserver"]  # the last two from store_writer
 
+#: Store failures that say nothing about the tier's health, so no unhealthy streak counts them:
+#: a closing wrapper, and a tenant the frame key holds no key for (a policy refusal: a forgotten
+#: or not yet provisioned tenant's requests must not mark the tier unhealthy for every tenant).
+_NOT_BREAKAGE = frozenset({"closed", "frame_key"})
+
 _log = logging.getLogger("lmserde.l2.serde.wrapper")
 
 class StorePath:
@@ -330,7 +335,7 @@ class StorePath:
         self._metrics.record_store(ok, task.num_keys, task.bytes_kv, serialized)
         if failed_stage is not None:
             self._metrics.record_failure(failed_stage)
-        if failed_stage != "closed":
+        if failed_stage not in _NOT_BREAKAGE:
             self._streaks.count("store", ok)
         emit_wrapper_task_event(WrapperTaskEvent(
             serde_type=self._serde_type, operation="store", task_id=task.task_id,

@@ -64,6 +64,7 @@ __all__ = [
     "FRAME_MAGIC",
     "FRAME_VERSION",
     "FRAME_HEADER_BYTES",
+    "DEFAULT_MAX_OBJECT_BYTES",
     "CHECKSUM_SEGMENT_BYTES",
     "REJECT_REASONS",
     "DAMAGE_REASONS",
@@ -90,6 +91,12 @@ __all__ = [
 FRAME_MAGIC = b"LMSF"
 FRAME_VERSION = 1
 FRAME_HEADER_BYTES = 64
+
+#: The largest stored object a walk over the storage reads back (4 GiB: a Llama-3-405B chunk of
+#: 2,048 tokens in bf16 is 1 GiB): ``lmserde scrub``'s default ``--max-object-bytes``, and the
+#: bound on the objects a hidden-names listing reads its key records from. A bigger one is never
+#: read (no buffer of its size is allocated).
+DEFAULT_MAX_OBJECT_BYTES = 4 << 30
 
 #: Why a stored object was refused (``decode``: the frame was fine, the serde could not decode;
 #: ``foreign``: not an object this reader can read — no lmserde frame, another frame version, or

@@ -37,6 +37,7 @@ from lmserde.l2.contract.inner_delegation import (
 )
 from lmserde.l2.contract.interface import L2AdapterInterface, L2TaskId
 from lmserde.l2.contract.replacing_store import enable_replacing_stores
+from lmserde.l2.contract.tenant_routing import adapter_routes_tenants
 from lmserde.l2.serde.authenticated_frame import (
     AUTH_HEADER_BYTES,
     KEY_RECORD_REGION,
@@ -163,6 +164,10 @@ class SerdeL2AdapterWrapper(InnerAdapterDelegation, CoordinatingAdapter):
             if frame_keys is None or not frame:
                 raise ValueError("hide_names needs a frame key (frame_key_path): the real key "
                                  "travels in the authenticated frame")
+            if adapter_routes_tenants(inner_adapter):
+                raise ValueError("hide_names hands the adapter hidden keys, which name no tenant: "
+                                 "it cannot be combined with an adapter that places tenants "
+                                 "apart (s3 'tenant_routes'); use one adapter per routed tenant")
             inner_adapter = HiddenNamesAdapter(
                 inner_adapter, hidden_names,
                 lambda head, hidden: self._auth_framer().read_key_record(head, hidden),
