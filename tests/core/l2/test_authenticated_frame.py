@@ -261,9 +261,9 @@ def test_segment_boundaries_and_swapped_segments(payload_len: int,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The MAC is one GMAC per segment of the object (64 MiB; 4 MiB here) under a final one:
     every size round-trips, and segments swapped, dropped or duplicated do not verify."""
-    from lmserde.l2.serde import authenticated_frame
+    from lmserde.l2.serde import frame_mac
 
-    monkeypatch.setattr(authenticated_frame, "MAC_SEGMENT_BYTES", 4 << 20)
+    monkeypatch.setattr(frame_mac, "MAC_SEGMENT_BYTES", 4 << 20)
     payload = os.urandom(payload_len)
     stored = _sealed(payload, deferred=True)
     assert _open(stored, bound=payload_len) == payload

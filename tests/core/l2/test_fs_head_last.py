@@ -209,6 +209,49 @@ def test_a_framed_fs_store_goes_through_the_head_last_path(tmp_path: Path, size:
         wrapper.close()
 
 
+@pytest.mark.parametrize("frame", ["plain", "authenticated"])
+def test_the_checksum_starts_once_the_adapter_has_the_object(tmp_path: Path, monkeypatch: Any,
+                                                             frame: str) -> None:
+    """The head's work (the plain frame's checksum, or the authenticated frame's MAC) starts
+    after the inner adapter was handed the object, so that its write of the body goes first
+    (started before, it delayed the write by about 0.3 ms per 32 MiB chunk on 2 cores)."""
+    import lmserde.l2.serde.authenticated_frame as authenticated_frame
+    import lmserde.l2.serde.stored_frame as stored_frame
+    from lmserde.tenant_keys import write_master_key
+
+    events: list[str] = []
+
+    def recording(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def started(*args: Any) -> Any:
+            events.append("checksum")
+            return real(*args)
+        monkeypatch.setattr(module, name, started)
+
+    recording(stored_frame, "start_payload_checksum")
+    recording(authenticated_frame, "start_mac")
+    options = ({"frame_key_path": str(write_master_key(tmp_path / "frame.key"))}
+               if frame == "authenticated" else {})
+    l1 = L1Manager(1 << 27)
+    wrapper = _wrapper(tmp_path / "l2", l1, **options)
+    try:
+        real_submit = wrapper._inner.submit_store_task_head_last
+
+        def submit(*args: Any) -> Any:
+            events.append("submit")
+            return real_submit(*args)
+
+        monkeypatch.setattr(wrapper._inner, "submit_store_task_head_last", submit)
+        layout, key = LAYOUTS["three segments"], adapter_key(6)
+        ok, expected = _store(wrapper, l1, key, layout)
+        assert ok and events == ["submit", "checksum"]
+        loaded = _load(wrapper, l1, key, layout)
+        assert loaded is not None and torch.equal(loaded, expected)
+    finally:
+        wrapper.close()
+
+
 def test_head_last_false_stores_headers_first(tmp_path: Path) -> None:
     l1 = L1Manager(1 << 24)
     wrapper = _wrapper(tmp_path, l1, head_last=False)

@@ -4,6 +4,9 @@ runs with the header's C fast path and with the Python codec alone."""
 from __future__ import annotations
 
 import struct
+import threading
+import time
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from lmserde.l2.serde.stored_frame import (
     FRAME_MAGIC,
     FrameRejected,
     ObjectFramer,
+    PendingHeader,
     config_fingerprint,
     decode_layout,
     encode_layout,
@@ -272,6 +276,55 @@ def test_a_deferred_seal_writes_the_header_a_plain_seal_writes(length: int, seed
     assert int(deferred.raw_data[:FRAME_HEADER_BYTES].count_nonzero()) == 0
     head.finish_head()
     assert torch.equal(deferred.raw_data, plain.raw_data)
+
+
+class _Work:
+    """A ``begin`` for :class:`PendingHeader` that counts how often the work was started."""
+
+    def __init__(self, value: int = 7) -> None:
+        self.begun, self.waited, self.value = 0, 0, value
+
+    def __call__(self) -> Any:
+        self.begun += 1
+        time.sleep(0.01)  # a start that takes a while: concurrent callers must still share it
+
+        def wait() -> int:
+            self.waited += 1
+            return self.value
+        return wait
+
+
+def test_a_pending_header_starts_its_work_once_at_start_or_finish() -> None:
+    written: list[int] = []
+    work = _Work()
+    head = PendingHeader(work, written.append)
+    assert work.begun == 0  # nothing runs until the store path (or the adapter) asks
+    threads = [threading.Thread(target=head.start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert work.begun == 1
+    head.finish_head()
+    assert work.begun == 1 and written == [7]
+    lazy = _Work(9)
+    late = PendingHeader(lazy, written.append)
+    late.finish_head()  # an adapter that finishes before the store path called start()
+    assert lazy.begun == 1 and written == [7, 9]
+
+
+def test_settling_a_pending_header_waits_for_started_work_and_abandons_the_rest() -> None:
+    started, idle = _Work(), _Work()
+    running = PendingHeader(started, lambda value: None)
+    running.start()
+    running.settle()
+    assert started.waited == 1  # the checksum threads are done with the buffer
+    abandoned = PendingHeader(idle, lambda value: pytest.fail("an abandoned head was written"))
+    abandoned.settle()
+    abandoned.start()
+    assert idle.begun == 0  # nothing ever read the buffer
+    with pytest.raises(RuntimeError, match="gave this object up"):
+        abandoned.finish_head()  # an adapter must not publish it
 
 
 def test_a_deferred_seal_needs_a_checksummed_frame() -> None:

@@ -74,13 +74,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from lmserde.keys import ObjectKey
 from lmserde.l2.serde.frame_keys import FrameKeys, KeyNotHeld
+from lmserde.l2.serde.frame_mac import start_mac
 from lmserde.l2.serde.hidden_names import NameHider
-from lmserde.l2.serde.payload_checksum import CHECKSUM_SEGMENT_BYTES, tensor_bytes, xxh3_64
-from lmserde.l2.serde.payload_checksum import _pool as _hash_pool
+from lmserde.l2.serde.payload_checksum import CHECKSUM_SEGMENT_BYTES, xxh3_64
 from lmserde.l2.serde.stored_frame import (
     FRAME_HEADER_BYTES,
     FRAME_MAGIC,
@@ -106,19 +105,11 @@ AUTH_HEADER_BYTES = 128
 MAC_SUITE_GMAC = 1
 SALT_BYTES = 16
 TAG_BYTES = 16
-#: The MAC's segment: each is one GMAC, on the checksum threads in parallel. Large, so that a
-#: KV chunk (tens of MiB) is one GMAC call (measured: handing 4 MiB pieces to the threads cost
-#: more than it saved on 2 cores), yet no object is too large for ``cryptography``'s 2 GiB limit
-#: on associated data.
-MAC_SEGMENT_BYTES = 64 << 20
 _SALT_AT = FRAME_HEADER_BYTES
 _TAG_AT = _SALT_AT + SALT_BYTES
 _RESERVED_AT = _TAG_AT + TAG_BYTES
 _ZERO_TAIL = bytes(AUTH_HEADER_BYTES - _RESERVED_AT)
 _ZERO_TAG = bytes(TAG_BYTES)
-_SEGMENT_NONCE = struct.Struct("<4xQ")  # 4 zero bytes, the segment index
-_FINAL_NONCE_PREFIX = b"\xff" * 4
-_U64 = struct.Struct("<Q")
 _OBJECT_KEY_LABEL = b"lmserde frame v2 object key"
 
 _FLAG_LAYOUT_INLINE = 0x02
@@ -184,28 +175,6 @@ def _cpu_bytes(raw: torch.Tensor, what: str) -> None:
         raise ValueError(f"an authenticated frame is {what} in a contiguous CPU byte buffer only")
 
 
-def _segment_tag(cipher: AESGCM, raw: torch.Tensor, index: int, total: int) -> bytes:
-    """The GMAC of segment ``index`` of the stored object's first ``total`` bytes (in place)."""
-    start = index * MAC_SEGMENT_BYTES
-    segment = tensor_bytes(raw[start:min(start + MAC_SEGMENT_BYTES, total)]).cast("B")
-    return cipher.encrypt(_SEGMENT_NONCE.pack(index), b"", segment)
-
-
-def _start_mac(object_key: bytes, raw: torch.Tensor, total: int) -> Callable[[], bytes]:
-    """Start the MAC of the stored object's first ``total`` bytes (its tag bytes zero), read in
-    place: inline up to one checksum segment (4 MiB, just written or read: in the cache), else
-    on the checksum threads, segments in parallel. The returned call waits for the tag; ``raw``
-    must stay unchanged until then."""
-    cipher = AESGCM(object_key)
-    count = max(1, -(-total // MAC_SEGMENT_BYTES))
-    final_nonce = _FINAL_NONCE_PREFIX + _U64.pack(count)
-    if total <= CHECKSUM_SEGMENT_BYTES:
-        tag = cipher.encrypt(final_nonce, b"", _segment_tag(cipher, raw, 0, total))
-        return lambda: tag
-    futures = [_hash_pool().submit(_segment_tag, cipher, raw, i, total) for i in range(count)]
-    return lambda: cipher.encrypt(final_nonce, b"", b"".join(f.result() for f in futures))
-
-
 def _store_bytes(raw: torch.Tensor, offset: int, data: bytes) -> None:
     ctypes.memmove(raw.data_ptr() + offset, data, len(data))
 
@@ -223,6 +192,7 @@ class AuthenticatedFramer(ObjectFramer):
         self._names = names
         #: With hidden names (``names``) the encrypted key record follows the 128 header bytes.
         self.header_bytes = AUTH_HEADER_BYTES + (KEY_RECORD_REGION if names is not None else 0)
+        self._zero_head = bytes(self.header_bytes)
         self._config_digest = hashlib.sha256(_canonical_json(config)).digest()
         self._layout_codes: dict[MemoryLayoutDesc, bytes] = {}
 
@@ -270,11 +240,12 @@ class AuthenticatedFramer(ObjectFramer):
                             self._config_digest, layout_code))
         return hmac.digest(mac_key, message, "sha256")
 
-    def _begin_seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
-                    layout: MemoryLayoutDesc) -> Callable[[], bytes]:
-        """Write the header with a zero tag, narrow ``buffer`` to the frame and start the MAC;
-        the returned call gives the tag. :class:`KeyNotHeld` when the frame key has no key for
-        the tenant; ``ValueError`` for a key whose record does not fit (hidden names)."""
+    def _prepare_seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
+                      layout: MemoryLayoutDesc) -> Callable[[], Callable[[], bytes]]:
+        """Check that the object can be sealed and narrow ``buffer`` to the frame; the returned
+        ``begin()`` writes the header with a zero tag and starts the MAC, and gives the call
+        that waits for the tag. :class:`KeyNotHeld` when the frame key has no key for the
+        tenant; ``ValueError`` for a layout or key (hidden names: its record) that does not fit."""
         total = self.header_bytes + payload_length
         raw = buffer.raw_data
         _cpu_bytes(raw, "sealed")
@@ -282,37 +253,44 @@ class AuthenticatedFramer(ObjectFramer):
         version = self._keys.current_version(tenant)
         mac_key = self._keys.mac_key(tenant, version)
         salt = os.urandom(SALT_BYTES)
-        object_key = self._object_key(mac_key, salt, key, self._layout_code(layout))
         record = None if self._names is None else self._names.seal_record(key, salt)
         if record is not None and len(record) > KEY_RECORD_REGION:
             raise ValueError(f"the key's record takes {len(record)} bytes, more than a hidden-"
                              f"names frame holds ({KEY_RECORD_REGION}): a model name or tenant "
                              "this long cannot be stored with hide_names")
-        header = (_head(payload_length, version, self.config_id, key, self._layout_field(layout),
-                        None if record is None else len(record))
-                  + salt + _ZERO_TAG + _ZERO_TAIL)
-        if record is not None:
-            header += record.ljust(KEY_RECORD_REGION, b"\0")
-        _store_bytes(raw, 0, header)
+        layout_field, layout_code = self._layout_field(layout), self._layout_code(layout)
+        _store_bytes(raw, 0, self._zero_head)  # no stale header is ever there to be accepted
         buffer.set_used_size(total)
-        return _start_mac(object_key, raw, total)
+
+        def begin() -> Callable[[], bytes]:
+            header = (_head(payload_length, version, self.config_id, key, layout_field,
+                            None if record is None else len(record))
+                      + salt + _ZERO_TAG + _ZERO_TAIL)
+            if record is not None:
+                header += record.ljust(KEY_RECORD_REGION, b"\0")
+            _store_bytes(raw, 0, header)
+            return start_mac(self._object_key(mac_key, salt, key, layout_code), raw, total)
+
+        return begin
 
     def seal(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
              layout: MemoryLayoutDesc, *, checksum: int | None = None) -> None:
         """Write the authenticated header (the MAC computed here) and narrow ``buffer`` to the
         frame. ``checksum`` is ignored (the MAC replaces it). Raises :class:`KeyNotHeld` for a
         tenant the frame key holds no key for (nothing is stored then)."""
-        tag = self._begin_seal(buffer, payload_length, key, layout)()
+        tag = self._prepare_seal(buffer, payload_length, key, layout)()()
         _store_bytes(buffer.raw_data, _TAG_AT, tag)
 
     def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
                       layout: MemoryLayoutDesc, *, checksum: int | None = None) -> PendingHeader:
-        """Like :meth:`seal`, the MAC running on the checksum threads while the caller goes on.
-        Until the returned head's ``finish_head()`` the header in the buffer carries a zero tag,
-        which no load accepts (``auth``)."""
-        pending = self._begin_seal(buffer, payload_length, key, layout)
+        """Like :meth:`seal`, the header written and the MAC started by the returned head's
+        ``start()`` (on the checksum threads, while the caller goes on). Every refusal
+        (:class:`KeyNotHeld`, ``ValueError``) is raised here. Until the head's
+        ``finish_head()`` the header in the buffer carries a zero tag, which no load accepts
+        (``auth``)."""
+        begin = self._prepare_seal(buffer, payload_length, key, layout)
         raw = buffer.raw_data
-        return PendingHeader(pending, lambda tag: _store_bytes(raw, _TAG_AT, tag),
+        return PendingHeader(begin, lambda tag: _store_bytes(raw, _TAG_AT, tag),
                              head_bytes=self.header_bytes)
 
     def open_deferred(self, buffer: MemoryObj, key: ObjectKey, layout: MemoryLayoutDesc | None,
@@ -360,7 +338,7 @@ class AuthenticatedFramer(ObjectFramer):
                        else self._recorded_layout_code(header))
         object_key = self._object_key(mac_key, salt, key, layout_code)
         _store_bytes(raw, _TAG_AT, _ZERO_TAG)
-        pending = _start_mac(object_key, raw, size)
+        pending = start_mac(object_key, raw, size)
         view = self._views.view(buffer, head_bytes, size, hashing=False)
 
         def confirm() -> None:

@@ -247,6 +247,7 @@ class StorePath:
             self._temps.release_read(task.temp_keys)
             self._finish(task, L2StoreResult(False, 0), "inner_store_submit")
             return
+        task.start_heads()  # after the submit: the adapter's writes start first
         with self._lock:
             self._inner_storing[inner_id] = task
 

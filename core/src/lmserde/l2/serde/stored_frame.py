@@ -39,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import json
 import struct
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -455,26 +456,59 @@ def _confirmed() -> None:
 
 
 class PendingHeader:
-    """A frame header that :meth:`finish_head` writes once its payload checksum is ready (a
-    :class:`~lmserde.l2.contract.head_last.DeferredHead`)."""
+    """A frame header that :meth:`finish_head` writes once its payload checksum (or MAC) is
+    ready (a :class:`~lmserde.l2.contract.head_last.DeferredHead`).
 
-    def __init__(self, checksum: Callable[[], Any], write: Callable[[Any], None], *,
+    ``begin()`` starts that work (on the checksum threads) and returns the call that waits for
+    its value; ``write(value)`` puts the header into the buffer. The work starts at
+    :meth:`start`, which the store path calls once the inner adapter holds the object, so that
+    the adapter's write of the body gets going first and the checksum threads start beside it
+    (measured: starting them before the submit delayed the write by about 0.3 ms per 32 MiB
+    chunk on 2 cores); or at :meth:`finish_head` when the adapter gets there first. Thread-safe.
+    """
+
+    def __init__(self, begin: Callable[[], Callable[[], Any]], write: Callable[[Any], None], *,
                  head_bytes: int = FRAME_HEADER_BYTES) -> None:
-        self._checksum = checksum
+        self._begin = begin
         self._write = write
+        self._wait: Callable[[], Any] | None = None
+        self._lock = threading.Lock()
         self.head_bytes = head_bytes
 
+    def _started(self) -> Callable[[], Any]:
+        with self._lock:
+            if self._wait is None:
+                self._wait = self._begin()
+            return self._wait
+
+    def start(self) -> None:
+        """Start the checksum (or MAC) work, once; later calls do nothing."""
+        self._started()
+
     def finish_head(self) -> None:
-        """Wait for the payload checksum and write the header into the buffer."""
-        self._write(self._checksum())
+        """Wait for the payload checksum (starting it if :meth:`start` has not) and write the
+        header into the buffer. Raises after :meth:`settle` abandoned a head never started."""
+        self._write(self._started()())
 
     def settle(self) -> None:
         """Wait until the checksum threads are done with the buffer (whatever they found): call
-        before the buffer is reused when :meth:`finish_head` may not have run."""
+        before the buffer is reused when :meth:`finish_head` may not have run. A head never
+        started is abandoned instead: nothing reads the buffer, and a later ``finish_head()``
+        raises (the object must not be published)."""
+        with self._lock:
+            wait = self._wait
+            if wait is None:
+                self._wait = _abandoned
+                return
         try:
-            self._checksum()
+            wait()
         except Exception:  # the header is not wanted any more; only the wait matters
             pass
+
+
+def _abandoned() -> Any:
+    """The wait of a head :meth:`PendingHeader.settle` abandoned before it started."""
+    raise RuntimeError("the store gave this object up before its header was started")
 
 
 class ObjectFramer:
@@ -551,10 +585,10 @@ class ObjectFramer:
 
     def seal_deferred(self, buffer: MemoryObj, payload_length: int, key: ObjectKey,
                       layout: MemoryLayoutDesc, *, checksum: int | None = None) -> PendingHeader:
-        """Like :meth:`seal`, but the payload checksum runs on the checksum threads while the
-        caller goes on (an adapter writes the payload); the returned head's ``finish_head()``
-        waits for it and writes the header. With ``checksum`` given (the serde computed it)
-        nothing runs in the background and ``finish_head()`` writes that.
+        """Like :meth:`seal`, but the payload checksum runs on the checksum threads, from the
+        returned head's ``start()``, while the caller goes on (an adapter writes the payload);
+        its ``finish_head()`` waits for it and writes the header. With ``checksum`` given (the
+        serde computed it) nothing runs in the background and ``finish_head()`` writes that.
 
         The buffer is narrowed to the frame now and its header zeroed (no load accepts that)
         until ``finish_head()``. The payload must stay unchanged until then. Only for a framer
@@ -567,12 +601,12 @@ class ObjectFramer:
         raw[:FRAME_HEADER_BYTES].zero_()
         buffer.set_used_size(FRAME_HEADER_BYTES + payload_length)
         if checksum is None:
-            pending = start_payload_checksum(
-                raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length])
+            payload = raw[FRAME_HEADER_BYTES:FRAME_HEADER_BYTES + payload_length]
+            begin: Callable[[], Callable[[], Any]] = lambda: start_payload_checksum(payload)  # noqa: E731
         else:
             known = checksum
-            pending = lambda: known  # noqa: E731
-        return PendingHeader(pending, lambda value: self._write_header(
+            begin = lambda: lambda: known  # noqa: E731
+        return PendingHeader(begin, lambda value: self._write_header(
             buffer, payload_length, value, key, layout_bytes))
 
     def _write_header(self, buffer: MemoryObj, payload_length: int, checksum: int | None,

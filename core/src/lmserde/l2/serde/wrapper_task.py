@@ -80,6 +80,12 @@ class WrapperTask:
         self.stage_started = now
         return seconds
 
+    def start_heads(self) -> None:
+        """Start the checksum (or MAC) work of the head-last headers: once the inner adapter
+        holds the objects, so that its writes go first."""
+        for head in self.heads or ():
+            head.start()
+
     def settle_heads(self) -> None:
         """Wait for the checksum threads still reading a store's temporaries (head-last headers
         the inner adapter did not finish); call before the temporaries go back to L1."""
