@@ -327,6 +327,26 @@ def test_settling_a_pending_header_waits_for_started_work_and_abandons_the_rest(
         abandoned.finish_head()  # an adapter must not publish it
 
 
+def test_work_that_cannot_start_fails_the_head_not_the_caller() -> None:
+    """``start()`` runs on the store path right after the inner adapter took the object: work
+    that cannot start (checksum threads shut down) must not raise there, or the task would be
+    failed and its buffers released while the adapter still writes them; ``finish_head()``
+    raises instead, so the adapter does not publish the object."""
+    calls = []
+
+    def broken() -> Any:
+        calls.append(1)
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    head = PendingHeader(broken, lambda value: pytest.fail("a header was written"))
+    head.start()
+    head.start()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        head.finish_head()
+    head.settle()
+    assert calls == [1]
+
+
 def test_a_deferred_seal_needs_a_checksummed_frame() -> None:
     with pytest.raises(ValueError, match="no payload checksum"):
         ObjectFramer(CONFIG, checksum=False).seal_deferred(_buffer(b"x"), 1, KEY, KV)

@@ -37,6 +37,7 @@ one codec (``ObjectFramer``) must change together; the payload checksum lives in
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import struct
 import threading
@@ -478,11 +479,15 @@ class PendingHeader:
     def _started(self) -> Callable[[], Any]:
         with self._lock:
             if self._wait is None:
-                self._wait = self._begin()
+                try:
+                    self._wait = self._begin()
+                except Exception as exc:  # the head cannot be produced: finish_head() says so
+                    self._wait = functools.partial(_raise, exc)
             return self._wait
 
     def start(self) -> None:
-        """Start the checksum (or MAC) work, once; later calls do nothing."""
+        """Start the checksum (or MAC) work, once; later calls do nothing. Never raises: work
+        that cannot start makes :meth:`finish_head` raise (the object is not published)."""
         self._started()
 
     def finish_head(self) -> None:
@@ -504,6 +509,10 @@ class PendingHeader:
             wait()
         except Exception:  # the header is not wanted any more; only the wait matters
             pass
+
+
+def _raise(error: Exception) -> Any:
+    raise error
 
 
 def _abandoned() -> Any:
