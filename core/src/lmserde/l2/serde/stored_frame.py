@@ -503,7 +503,8 @@ class PendingHeader:
         with self._lock:
             wait = self._wait
             if wait is None:
-                self._wait = _abandoned
+                self._wait = functools.partial(_raise, RuntimeError(
+                    "the store gave this object up before its header was started"))
                 return
         try:
             wait()
@@ -512,12 +513,8 @@ class PendingHeader:
 
 
 def _raise(error: Exception) -> Any:
+    """The wait of a head whose work failed to start, or that was abandoned before it did."""
     raise error
-
-
-def _abandoned() -> Any:
-    """The wait of a head :meth:`PendingHeader.settle` abandoned before it started."""
-    raise RuntimeError("the store gave this object up before its header was started")
 
 
 class ObjectFramer:
